@@ -1,0 +1,167 @@
+"""Block-sparse attention layouts: (nb_q, nb_k) bool block masks, pure torch.
+
+A layout at block size `block` for a sequence of `seqlen` tokens has nb = ceil(seqlen / block)
+block rows and columns; layout[i, j] is True when query block i may attend to key block j.
+The butterfly pattern follows shared/specs/butterfly.md ("flat block butterfly", Pixelated
+Butterfly): block (i, j) is nonzero iff i XOR j is in {0, 1, 2, ..., 2^(k-1)} inside each
+butterfly_size x butterfly_size diagonal group, plus optional dense global block rows/columns.
+"""
+import torch
+
+__all__ = [
+    "num_blocks",
+    "butterfly_layout",
+    "local_layout",
+    "global_layout",
+    "causal_layout",
+    "layout_union",
+    "layout_intersection",
+    "density",
+    "density_report",
+]
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _is_power_of_two(n):
+    return n >= 1 and n & (n - 1) == 0
+
+
+def num_blocks(seqlen, block):
+    """Number of blocks covering `seqlen` tokens: ceil(seqlen / block)."""
+    _check_int("seqlen", seqlen, 1)
+    _check_int("block", block, 1)
+    return -(-seqlen // block)
+
+
+def _index_grid(nb):
+    idx = torch.arange(nb)
+    return idx[:, None], idx[None, :]
+
+
+def butterfly_layout(seqlen, block, butterfly_size=None, n_factors=None, global_size=0):
+    """Flat block butterfly layout, (nb, nb) bool.
+
+    butterfly_size: group size b in blocks, a power of two; default the next power of two >= nb.
+        A b smaller than nb tiles the b x b pattern along the diagonal (zero outside the groups);
+        a b larger than nb behaves like the next power of two >= nb.
+    n_factors: number of butterfly factors k, 0 <= k <= log2(b); default log2(b). Factor t joins
+        blocks whose indices differ by XOR 2^t, so each full row has k + 1 nonzero blocks.
+    global_size: number of leading block rows and columns made fully dense (global tokens);
+        values above nb make the whole layout dense.
+    """
+    nb = num_blocks(seqlen, block)
+    if butterfly_size is None:
+        butterfly_size = 1 << (nb - 1).bit_length()
+    _check_int("butterfly_size", butterfly_size, 1)
+    if not _is_power_of_two(butterfly_size):
+        raise ValueError(f"butterfly_size must be a power of two (in blocks), got {butterfly_size}")
+    max_factors = butterfly_size.bit_length() - 1
+    if n_factors is None:
+        n_factors = max_factors
+    _check_int("n_factors", n_factors, 0)
+    if n_factors > max_factors:
+        raise ValueError(f"n_factors {n_factors} is too large for butterfly_size {butterfly_size}: "
+                         f"at most log2(butterfly_size) = {max_factors}")
+    _check_int("global_size", global_size, 0)
+    rows, cols = _index_grid(nb)
+    xor = rows ^ cols
+    # i ^ j < b  <=>  i and j lie in the same b-aligned diagonal group, so the XOR test on the
+    # global indices is the tiled per-group pattern (all strides 2^t < b stay inside a group).
+    layout = xor == 0
+    for t in range(n_factors):
+        layout |= xor == (1 << t)
+    if global_size:
+        layout |= (rows < global_size) | (cols < global_size)
+    return layout
+
+
+def local_layout(seqlen, block, window):
+    """Banded layout, (nb, nb) bool: blocks with |i - j| <= window (window in blocks, >= 0)."""
+    nb = num_blocks(seqlen, block)
+    _check_int("window", window, 0)
+    rows, cols = _index_grid(nb)
+    return (rows - cols).abs() <= window
+
+
+def global_layout(seqlen, block, global_size):
+    """The first `global_size` block rows and block columns dense, (nb, nb) bool."""
+    nb = num_blocks(seqlen, block)
+    _check_int("global_size", global_size, 0)
+    rows, cols = _index_grid(nb)
+    return (rows < global_size) | (cols < global_size)
+
+
+def _check_layout(layout, name="layout"):
+    if not isinstance(layout, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(layout).__name__}")
+    if layout.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (nb_q, nb_k), got shape {tuple(layout.shape)}")
+    if layout.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor, got {layout.dtype}")
+    return layout
+
+
+def causal_layout(layout):
+    """Intersect a layout with the lower block triangle (block column j <= block row i).
+
+    Blocks are aligned at the top left (query block i and key block i cover the same tokens), as
+    for self-attention; the diagonal blocks stay and need the token-level causal mask inside.
+    """
+    return torch.tril(_check_layout(layout))
+
+
+def _combine(op, layouts):
+    if not layouts:
+        raise ValueError("need at least one layout")
+    for n, layout in enumerate(layouts):
+        _check_layout(layout, f"layouts[{n}]")
+        if layout.shape != layouts[0].shape:
+            raise ValueError(f"layouts[{n}] has shape {tuple(layout.shape)}, "
+                             f"expected {tuple(layouts[0].shape)} like layouts[0]")
+    out = layouts[0].clone()
+    for layout in layouts[1:]:
+        out = op(out, layout.to(out.device))
+    return out
+
+
+def layout_union(*layouts):
+    """Blocks nonzero in any of the layouts (all of one shape)."""
+    return _combine(torch.logical_or, layouts)
+
+
+def layout_intersection(*layouts):
+    """Blocks nonzero in every one of the layouts (all of one shape)."""
+    return _combine(torch.logical_and, layouts)
+
+
+def density(layout):
+    """Fraction of nonzero blocks, a float in [0, 1]."""
+    _check_layout(layout)
+    return layout.sum().item() / max(layout.numel(), 1)
+
+
+def density_report(layout):
+    """nnz, total, density and the per-row / per-column nonzero-block extremes of a layout."""
+    _check_layout(layout)
+    row = layout.sum(dim=1)
+    col = layout.sum(dim=0)
+    nnz = int(row.sum().item())
+    total = layout.numel()
+    return {
+        "shape": list(layout.shape),
+        "nnz": nnz,
+        "total": total,
+        "density": nnz / max(total, 1),
+        "row_nnz_min": int(row.min().item()) if row.numel() else 0,
+        "row_nnz_max": int(row.max().item()) if row.numel() else 0,
+        "col_nnz_min": int(col.min().item()) if col.numel() else 0,
+        "col_nnz_max": int(col.max().item()) if col.numel() else 0,
+        "empty_rows": int((row == 0).sum().item()),
+    }
