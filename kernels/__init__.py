@@ -1,4 +1,21 @@
 """Triton FlashAttention kernels (dense and block-sparse) and their float64 ground truth."""
+from kernels.flash_attn import (
+    dropout_mask,
+    flash_attn_forward,
+    flash_attn_func,
+    flash_attn_varlen_func,
+    next_dropout_seed,
+)
 from kernels.reference import reference_attention
 
-__all__ = ["reference_attention"]
+__all__ = [
+    "dropout_mask",
+    "flash_attn_forward",
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "next_dropout_seed",
+    "reference_attention",
+]
+from kernels.blocksparse import BlockSparseIndex, blocksparse_attn_func, causal_block_mask
+
+__all__ += ["BlockSparseIndex", "blocksparse_attn_func", "causal_block_mask"]

@@ -1,0 +1,1 @@
+"""Metrics shared by training callbacks, benchmarks and reports."""

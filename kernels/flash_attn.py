@@ -1,0 +1,696 @@
+"""Exact FlashAttention in Triton: forward, backward and the autograd Function (paper Alg. 2 and 4).
+
+Tensors use the flash-attn layout (batch, seqlen, heads, head_dim); packed variable-length batches
+use (total_tokens, heads, head_dim) with cumulative sequence offsets. The same kernels serve the
+block-sparse variant (kernels/blocksparse.py): with SPARSE set, a query block visits only the key
+blocks listed for it in a CSR index (and a key block only its listed query blocks).
+
+Conventions inside the kernels: scores are kept in the log2 domain (`qk_scale` = softmax_scale *
+log2(e)), so softmax uses exp2; the log-sum-exp saved for the backward pass is in natural log units.
+Rows that see no key produce zeros, lse = -inf, and zero gradients.
+"""
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.tuning import backward_config, forward_config
+
+LOG2E = 1.4426950408889634
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 128
+
+
+def interpreting():
+    """True when Triton runs kernels on the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# --------------------------------------------------------------------------------------------
+# Shared device helpers
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _dropout_keep(seed, bh, rows, cols, seqlen_k, dropout_p):
+    """Keep-mask of inverted dropout for the (rows x cols) tile of head `bh`: Philox, never stored."""
+    offsets = rows.to(tl.uint32) * seqlen_k.to(tl.uint32) + cols.to(tl.uint32)
+    return tl.rand(seed + bh, offsets) >= dropout_p
+
+
+@triton.jit
+def _score_mask(qk, rows, cols, seqlen_k, diag, kpm_ptr,
+                IS_CAUSAL: tl.constexpr, MASK_BOUNDS: tl.constexpr, HAS_KPM: tl.constexpr):
+    """Set to -inf the scores of keys a query may not see: bounds, causal diagonal, padding."""
+    if MASK_BOUNDS:
+        valid = cols < seqlen_k
+        if IS_CAUSAL:
+            valid = valid & (cols <= rows + diag)
+        qk = tl.where(valid, qk, float("-inf"))
+    if HAS_KPM:
+        keep = tl.load(kpm_ptr + cols, mask=cols < seqlen_k, other=0)
+        qk = tl.where(keep != 0, qk, float("-inf"))
+    return qk
+
+
+@triton.jit
+def _seq_bounds(CU, b, seqlen, VARLEN: tl.constexpr):
+    """Start offset and length of sequence b (packed when VARLEN, else fixed length)."""
+    if VARLEN:
+        start = tl.load(CU + b)
+        return start, tl.load(CU + b + 1) - start
+    return 0, seqlen
+
+
+@triton.jit
+def _causal_key_ranges(start_m, seqlen_k, diag,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """Key range of a query block: [0, full) needs no mask, [full, hi) needs one."""
+    hi = seqlen_k
+    full = seqlen_k // BLOCK_N * BLOCK_N
+    if IS_CAUSAL:
+        hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), 0)
+        full = tl.minimum(full, tl.maximum(start_m + diag + 1, 0) // BLOCK_N * BLOCK_N)
+    return full, hi
+
+
+# --------------------------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
+               offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
+               seed, bh, dropout_p,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
+               MASKED: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
+    """One key block of the online softmax: update the running max, sum and output."""
+    cols = start_n + offs_n
+    d_ok = offs_d < HEAD_DIM
+    kv_mask = d_ok[None, :]
+    if MASKED:
+        kv_mask = kv_mask & (cols[:, None] < seqlen_k)
+    k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    qk = tl.dot(q, tl.trans(k)) * qk_scale
+    qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
+                     IS_CAUSAL, MASKED, HAS_KPM)
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    if MASKED or HAS_KPM:  # a fully masked row keeps m = -inf: subtract 0 instead
+        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new_safe = m_new
+    p = tl.math.exp2(qk - m_new_safe[:, None])
+    alpha = tl.math.exp2(m_i - m_new_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if DROPOUT:
+        keep = _dropout_keep(seed, bh, offs_m[:, None], cols[None, :], seqlen_k, dropout_p)
+        p = tl.where(keep, p, 0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, l_i, m_new
+
+
+@triton.jit(do_not_specialize=["seed"])
+def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, COL_IDX,
+                stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
+                stride_vb, stride_vn, stride_vh, stride_ob, stride_on, stride_oh,
+                stride_lb, stride_lh, stride_mb,
+                seqlen_q, seqlen_k, n_heads, group_size, qk_scale, dropout_p, seed,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
+                SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr):
+    pid_m = tl.program_id(0)
+    if REVERSE:  # causal: the longest rows first, for a better tail
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    q_start, seqlen_q = _seq_bounds(CU_Q, b, seqlen_q, VARLEN)
+    k_start, seqlen_k = _seq_bounds(CU_K, b, seqlen_k, VARLEN)
+    start_m = pid_m * BLOCK_M
+    if start_m >= seqlen_q:
+        return
+    diag = seqlen_k - seqlen_q
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    row_ok = offs_m < seqlen_q
+
+    q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
+    k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
+    v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
+    kpm_ptr = KPM + b * stride_mb
+    q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if SPARSE:
+        for idx in range(tl.load(ROW_PTR + pid_m), tl.load(ROW_PTR + pid_m + 1)):
+            start_n = tl.load(COL_IDX + idx) * BLOCK_N
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
+                                       True, HAS_KPM, DROPOUT)
+    else:
+        full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        for start_n in range(0, full, BLOCK_N):
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
+                                       False, HAS_KPM, DROPOUT)
+        for start_n in range(full, hi, BLOCK_N):
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
+                                       True, HAS_KPM, DROPOUT)
+
+    empty = l_i == 0.0
+    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
+    if DROPOUT:
+        inv_l = inv_l / (1.0 - dropout_p)
+    out = acc * inv_l[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) / 1.4426950408889634)
+    o_base = O + b * stride_ob + q_start * stride_on + h * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_on + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(LSE + b * stride_lb + h * stride_lh + q_start + offs_m, lse, mask=row_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Backward: delta = rowsum(dO * O), then dK/dV per key block and dQ per query block
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _bwd_delta_kernel(O, DO, DELTA, CU_Q,
+                      stride_ob, stride_on, stride_oh, stride_db, stride_dn, stride_dh,
+                      stride_lb, stride_lh, seqlen_q, n_heads,
+                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                      VARLEN: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    q_start, seqlen_q = _seq_bounds(CU_Q, b, seqlen_q, VARLEN)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    rows = (q_start + offs_m[:, None])
+    o = tl.load(O + b * stride_ob + h * stride_oh + rows * stride_on + offs_d[None, :],
+                mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + b * stride_db + h * stride_dh + rows * stride_dn + offs_d[None, :],
+                 mask=mask, other=0.0).to(tl.float32)
+    tl.store(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, tl.sum(o * do, 1),
+             mask=offs_m < seqlen_q)
+
+
+@triton.jit
+def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_dn,
+                start_m, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr,
+                seed, bh, dropout_p,
+                HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
+    """Contribution of one query block to dK and dV of the current key block (transposed tiles)."""
+    rows = start_m + offs_m0
+    d_ok = offs_d < HEAD_DIM
+    if MASKED:
+        q_mask = (rows[:, None] < seqlen_q) & d_ok[None, :]
+    else:
+        q_mask = d_ok[None, :]
+    q = tl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(do_base + rows[:, None] * stride_dn + offs_d[None, :], mask=q_mask, other=0.0)
+    if MASKED:
+        lse = tl.load(lse_base + rows, mask=rows < seqlen_q, other=float("inf"))
+        delta = tl.load(delta_base + rows, mask=rows < seqlen_q, other=0.0)
+    else:
+        lse = tl.load(lse_base + rows)
+        delta = tl.load(delta_base + rows)
+    lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+    qkT = tl.dot(k, tl.trans(q)) * qk_scale
+    qkT = _score_mask(qkT, rows[None, :], offs_n[:, None], seqlen_k, diag, kpm_ptr,
+                      IS_CAUSAL, MASKED, HAS_KPM)
+    pT = tl.math.exp2(qkT - lse[None, :])
+    dpT = tl.dot(v, tl.trans(do))
+    if DROPOUT:
+        scale = 1.0 / (1.0 - dropout_p)
+        keepT = _dropout_keep(seed, bh, rows[None, :], offs_n[:, None], seqlen_k, dropout_p)
+        dv += tl.dot(tl.where(keepT, pT * scale, 0.0).to(do.dtype), do)
+        dpT = tl.where(keepT, dpT * scale, 0.0)
+    else:
+        dv += tl.dot(pT.to(do.dtype), do)
+    dsT = pT * (dpT - delta[None, :])
+    dk += tl.dot(dsT.to(q.dtype), q)
+    return dk, dv
+
+
+@triton.jit(do_not_specialize=["seed"])
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, ROW_IDX,
+                     stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
+                     stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
+                     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
+                     stride_lb, stride_lh, stride_mb,
+                     seqlen_q, seqlen_k, n_heads_kv, group_size, sm_scale, qk_scale,
+                     dropout_p, seed,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
+                     SPARSE: tl.constexpr, DROPOUT: tl.constexpr):
+    pid_n = tl.program_id(0)
+    bhk = tl.program_id(1)
+    b = bhk // n_heads_kv
+    hk = bhk % n_heads_kv
+    q_start, seqlen_q = _seq_bounds(CU_Q, b, seqlen_q, VARLEN)
+    k_start, seqlen_k = _seq_bounds(CU_K, b, seqlen_k, VARLEN)
+    start_n = pid_n * BLOCK_N
+    if start_n >= seqlen_k:
+        return
+    diag = seqlen_k - seqlen_q
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    k = tl.load(K + b * stride_kb + hk * stride_kh + (k_start + offs_n[:, None]) * stride_kn
+                + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + b * stride_vb + hk * stride_vh + (k_start + offs_n[:, None]) * stride_vn
+                + offs_d[None, :], mask=kv_mask, other=0.0)
+    kpm_ptr = KPM + b * stride_mb
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    # Query-block ranges: [lo, mid) near the causal diagonal and [tail, seqlen_q) at the end need
+    # masks; [mid, tail) is fully visible. A partial key block masks everything.
+    tail = seqlen_q // BLOCK_M * BLOCK_M
+    lo = 0
+    mid = 0
+    if IS_CAUSAL:
+        lo = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M
+        mid = tl.minimum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - diag, 0), BLOCK_M) * BLOCK_M, tail)
+        mid = tl.maximum(mid, lo)
+    if start_n + BLOCK_N > seqlen_k:
+        mid = tl.maximum(tail, lo)
+    for g in range(0, group_size):
+        h = hk * group_size + g
+        bh = b * (n_heads_kv * group_size) + h
+        q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
+        do_base = DO + b * stride_db + q_start * stride_dn + h * stride_dh
+        lse_base = LSE + b * stride_lb + h * stride_lh + q_start
+        delta_base = DELTA + b * stride_lb + h * stride_lh + q_start
+        if SPARSE:
+            for idx in range(tl.load(COL_PTR + pid_n), tl.load(COL_PTR + pid_n + 1)):
+                start_m = tl.load(ROW_IDX + idx) * BLOCK_M
+                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                                     dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+        else:
+            for start_m in range(lo, mid, BLOCK_M):
+                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                                     dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+            for start_m in range(mid, tail, BLOCK_M):
+                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                                     dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+            for start_m in range(tl.maximum(mid, tail), seqlen_q, BLOCK_M):
+                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                                     dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+
+    dk = dk * sm_scale
+    tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + offs_n[:, None]) * stride_dkn
+             + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + b * stride_dvb + hk * stride_dvh + (k_start + offs_n[:, None]) * stride_dvn
+             + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+              offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh, dropout_p,
+              HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+              HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
+    """Contribution of one key block to dQ of the current query block."""
+    cols = start_n + offs_n
+    kv_mask = (offs_d < HEAD_DIM)[None, :]
+    if MASKED:
+        kv_mask = kv_mask & (cols[:, None] < seqlen_k)
+    k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    qk = tl.dot(q, tl.trans(k)) * qk_scale
+    qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
+                     IS_CAUSAL, MASKED, HAS_KPM)
+    p = tl.math.exp2(qk - lse[:, None])
+    dp = tl.dot(do, tl.trans(v))
+    if DROPOUT:
+        keep = _dropout_keep(seed, bh, offs_m[:, None], cols[None, :], seqlen_k, dropout_p)
+        dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+    ds = p * (dp - delta[:, None])
+    dq += tl.dot(ds.to(k.dtype), k)
+    return dq
+
+
+@triton.jit(do_not_specialize=["seed"])
+def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, COL_IDX,
+                   stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
+                   stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
+                   stride_dqb, stride_dqn, stride_dqh, stride_lb, stride_lh, stride_mb,
+                   seqlen_q, seqlen_k, n_heads, group_size, sm_scale, qk_scale, dropout_p, seed,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
+                   SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr):
+    pid_m = tl.program_id(0)
+    if REVERSE:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    q_start, seqlen_q = _seq_bounds(CU_Q, b, seqlen_q, VARLEN)
+    k_start, seqlen_k = _seq_bounds(CU_K, b, seqlen_k, VARLEN)
+    start_m = pid_m * BLOCK_M
+    if start_m >= seqlen_q:
+        return
+    diag = seqlen_k - seqlen_q
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < seqlen_q
+    q_mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + (q_start + offs_m[:, None]) * stride_qn
+                + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + b * stride_db + h * stride_dh + (q_start + offs_m[:, None]) * stride_dn
+                 + offs_d[None, :], mask=q_mask, other=0.0)
+    lse = tl.load(LSE + b * stride_lb + h * stride_lh + q_start + offs_m, mask=row_ok,
+                  other=float("inf"))
+    lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+    delta = tl.load(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, mask=row_ok, other=0.0)
+    k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
+    v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
+    kpm_ptr = KPM + b * stride_mb
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if SPARSE:
+        for idx in range(tl.load(ROW_PTR + pid_m), tl.load(ROW_PTR + pid_m + 1)):
+            start_n = tl.load(COL_IDX + idx) * BLOCK_N
+            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                           dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+    else:
+        full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        for start_n in range(0, full, BLOCK_N):
+            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                           dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+        for start_n in range(full, hi, BLOCK_N):
+            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                           dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+    dq = dq * sm_scale
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqn
+             + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit(do_not_specialize=["seed"])
+def _dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, seed,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    bh = tl.program_id(2)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    keep = _dropout_keep(seed, bh, rows[:, None], cols[None, :], seqlen_k, dropout_p)
+    ptrs = MASK + bh * seqlen_q * seqlen_k + rows[:, None] * seqlen_k + cols[None, :]
+    tl.store(ptrs, keep.to(tl.int8), mask=(rows[:, None] < seqlen_q) & (cols[None, :] < seqlen_k))
+
+
+# --------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------
+def block_d_for(head_dim):
+    """Register tile width for a head dim: the next power of two, at least 16."""
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def _strides(x, varlen):
+    """(batch, seq, head) strides of a (B, N, H, d) tensor or a packed (total, H, d) one."""
+    if varlen:
+        return 0, x.stride(0), x.stride(1)
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+class _Problem:
+    """Shapes and options of one attention call, shared by the forward and backward launchers."""
+
+    def __init__(self, q, k, sm_scale, causal, kpm, cu_q, cu_k, max_q, max_k, dropout_p, seed,
+                 sparse):
+        self.varlen = cu_q is not None
+        if self.varlen:
+            self.batch = cu_q.numel() - 1
+            self.seqlen_q, self.seqlen_k = max_q, max_k
+        else:
+            self.batch, self.seqlen_q = q.shape[0], q.shape[1]
+            self.seqlen_k = k.shape[1]
+        self.heads, self.head_dim = q.shape[-2], q.shape[-1]
+        self.heads_kv = k.shape[-2]
+        self.group = self.heads // self.heads_kv
+        self.block_d = block_d_for(self.head_dim)
+        self.sm_scale, self.causal, self.dropout_p, self.seed = sm_scale, causal, dropout_p, seed
+        self.kpm, self.cu_q, self.cu_k, self.sparse = kpm, cu_q, cu_k, sparse
+        dummy = q
+        self.kpm_arg = kpm if kpm is not None else dummy
+        self.kpm_stride = kpm.stride(0) if kpm is not None else 0
+        self.cu_q_arg = cu_q if cu_q is not None else dummy
+        self.cu_k_arg = cu_k if cu_k is not None else dummy
+
+    def lse_buffer(self, q):
+        if self.varlen:
+            return torch.empty(self.heads, q.shape[0], device=q.device, dtype=torch.float32)
+        return torch.empty(self.batch, self.heads, self.seqlen_q, device=q.device,
+                           dtype=torch.float32)
+
+    def lse_strides(self, lse):
+        return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
+
+    def flags(self, sparse_ok=True):
+        return dict(HEAD_DIM=self.head_dim, BLOCK_D=self.block_d, IS_CAUSAL=self.causal,
+                    HAS_KPM=self.kpm is not None, VARLEN=self.varlen,
+                    SPARSE=self.sparse is not None and sparse_ok, DROPOUT=self.dropout_p > 0.0)
+
+    def tiles(self, config):
+        if self.sparse is not None:
+            return dict(config, BLOCK_M=self.sparse.block, BLOCK_N=self.sparse.block)
+        return config
+
+
+def _forward(q, k, v, prob, config=None):
+    config = prob.tiles(config or forward_config(prob.block_d, prob.causal))
+    o = torch.empty_like(q)
+    lse = prob.lse_buffer(q)
+    sp = prob.sparse
+    grid = (triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
+    _fwd_kernel[grid](
+        q, k, v, o, lse, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+        sp.row_ptr if sp else q, sp.col_idx if sp else q,
+        *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
+        *_strides(o, prob.varlen), *prob.lse_strides(lse), prob.kpm_stride,
+        prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale * LOG2E,
+        prob.dropout_p, prob.seed, REVERSE=prob.causal and sp is None,
+        **prob.flags(), **config)
+    return o, lse
+
+
+def _backward(do, q, k, v, o, lse, prob, config=None):
+    config = prob.tiles(config or backward_config(prob.block_d, prob.causal))
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    delta = torch.empty_like(lse)
+    lse_strides = prob.lse_strides(lse)
+    flags = prob.flags()
+    sp = prob.sparse
+    _bwd_delta_kernel[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
+        o, do, delta, prob.cu_q_arg, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
+        *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
+        BLOCK_M=64, VARLEN=prob.varlen)
+    common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
+              *_strides(do, prob.varlen))
+    _bwd_dkdv_kernel[(triton.cdiv(prob.seqlen_k, config["BLOCK_N"]), prob.batch * prob.heads_kv)](
+        q, k, v, do, lse, delta, dk, dv, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+        sp.col_ptr if sp else q, sp.row_idx if sp else q,
+        *common, *_strides(dk, prob.varlen), *_strides(dv, prob.varlen), *lse_strides,
+        prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group, prob.sm_scale,
+        prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, **flags, **config)
+    _bwd_dq_kernel[(triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)](
+        q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+        sp.row_ptr if sp else q, sp.col_idx if sp else q,
+        *common, *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
+        prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
+        prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, REVERSE=prob.causal and sp is None,
+        **flags, **config)
+    return dq, dk, dv
+
+
+# --------------------------------------------------------------------------------------------
+# Autograd
+# --------------------------------------------------------------------------------------------
+class FlashAttentionFunction(torch.autograd.Function):
+    """Exact attention whose backward recomputes P from Q, K and the saved log-sum-exp."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, prob):
+        o, lse = _forward(q, k, v, prob)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.prob = prob
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        if do.stride(-1) != 1:
+            do = do.contiguous()
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.prob)
+        return dq, dk, dv, None
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks and public API
+# --------------------------------------------------------------------------------------------
+def next_dropout_seed():
+    """Seed of the next dropout call, drawn from torch's default generator (torch.manual_seed)."""
+    return int(torch.randint(0, 2**31 - 1, (1,)).item())
+
+
+def _check_tensor(name, x, ndim):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        layout = "(batch, seqlen, heads, head_dim)" if ndim == 4 else "(total_tokens, heads, head_dim)"
+        raise ValueError(f"{name} must have {ndim} dims {layout}, got shape {tuple(x.shape)}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32")
+    if x.device.type != "cuda" and not interpreting():
+        raise RuntimeError(f"{name} is on {x.device}: the Triton kernels need CUDA tensors "
+                           "(or TRITON_INTERPRET=1 to run them slowly on the CPU)")
+
+
+def check_qkv(q, k, v, ndim):
+    """Validate q, k, v (shapes, dtypes, devices); return them with a unit last stride."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, x, ndim)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if ndim == 4 and k.shape[0] != q.shape[0]:
+        raise ValueError(f"batch size of k ({k.shape[0]}) differs from q ({q.shape[0]})")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"head_dim of k ({k.shape[-1]}) differs from q ({q.shape[-1]})")
+    head_dim = q.shape[-1]
+    if head_dim > MAX_HEAD_DIM or head_dim < 1:
+        raise ValueError(f"head_dim {head_dim} is not supported; use 1 <= head_dim <= {MAX_HEAD_DIM}")
+    if q.shape[-2] % k.shape[-2]:
+        raise ValueError(f"q heads ({q.shape[-2]}) must be a multiple of k/v heads ({k.shape[-2]})")
+    return tuple(x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+
+
+def _check_dropout(dropout_p):
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+
+
+def _scale(softmax_scale, head_dim):
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+
+
+def check_key_padding_mask(key_padding_mask, q, k):
+    """Validate a (batch, seqlen_k) bool mask; return it as uint8 for the kernels (or None)."""
+    if key_padding_mask is None:
+        return None
+    expected = (q.shape[0], k.shape[1])
+    if tuple(key_padding_mask.shape) != expected:
+        raise ValueError(f"key_padding_mask must have shape (batch, seqlen_k) = {expected}, "
+                         f"got {tuple(key_padding_mask.shape)}")
+    if key_padding_mask.device != q.device:
+        raise ValueError(f"key_padding_mask is on {key_padding_mask.device}, q on {q.device}")
+    return key_padding_mask.to(torch.uint8).contiguous()
+
+
+def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu_k=None,
+                   max_q=None, max_k=None, sparse=None):
+    """Run the autograd Function for prepared inputs; returns (out, lse)."""
+    _check_dropout(dropout_p)
+    seed = next_dropout_seed() if dropout_p > 0.0 else 0
+    prob = _Problem(q, k, _scale(softmax_scale, q.shape[-1]), bool(causal), kpm, cu_q, cu_k,
+                    max_q, max_k, float(dropout_p), seed, sparse)
+    return FlashAttentionFunction.apply(q, k, v, prob)
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    key_padding_mask=None, return_lse=False, deterministic=False):
+    """Exact attention, q (B, Nq, Hq, d), k and v (B, Nk, Hkv, d) with Hq % Hkv == 0.
+
+    causal aligns the mask bottom-right (query i sees keys j <= i + Nk - Nq); key_padding_mask is a
+    (B, Nk) bool tensor, True = keep. Returns out (B, Nq, Hq, d) and, with return_lse, the
+    log-sum-exp (B, Hq, Nq) in float32. The backward pass uses no atomics, so it is always
+    deterministic; `deterministic` is accepted for flash-attn compatibility.
+    """
+    q, k, v = check_qkv(q, k, v, 4)
+    kpm = check_key_padding_mask(key_padding_mask, q, k)
+    out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm)
+    return (out, lse) if return_lse else out
+
+
+def _check_cu_seqlens(name, cu, total, device):
+    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must be a 1-D tensor of batch + 1 offsets")
+    if cu.device != device:
+        raise ValueError(f"{name} is on {cu.device}, expected {device}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32, got {cu.dtype}")
+    last = int(cu[-1])
+    if last != total:
+        raise ValueError(f"{name}[-1] = {last} must equal the number of packed tokens ({total})")
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, return_lse=False,
+                           deterministic=False):
+    """Attention over packed variable-length sequences: q (total_q, Hq, d), k/v (total_k, Hkv, d).
+
+    Sequence b spans rows cu_seqlens[b]:cu_seqlens[b+1] (int32). lse is (Hq, total_q).
+    """
+    q, k, v = check_qkv(q, k, v, 3)
+    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
+    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same number of sequences")
+    out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, None,
+                              cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_forward(q, k, v, softmax_scale=None, causal=False, block_m=None, block_n=None):
+    """Forward pass only, optionally with explicit tile sizes (block-size sweeps); (out, lse)."""
+    q, k, v = check_qkv(q, k, v, 4)
+    prob = _Problem(q, k, _scale(softmax_scale, q.shape[-1]), bool(causal), None, None, None,
+                    None, None, 0.0, 0, None)
+    config = dict(forward_config(prob.block_d, prob.causal))
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if value is None:
+            continue
+        if value < 16 or value > 256 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two in [16, 256], got {value}")
+        config["BLOCK_M" if name == "block_m" else "BLOCK_N"] = value
+    with torch.no_grad():
+        return _forward(q, k, v, prob, config)
+
+
+def dropout_mask(batch, heads, seqlen_q, seqlen_k, dropout_p, seed, device="cuda"):
+    """The keep-mask (B, H, Nq, Nk) bool that a call with this seed applies (for tests/debugging)."""
+    _check_dropout(dropout_p)
+    mask = torch.empty(batch * heads, seqlen_q, seqlen_k, dtype=torch.int8, device=device)
+    grid = (triton.cdiv(seqlen_q, 32), triton.cdiv(seqlen_k, 32), batch * heads)
+    _dropout_mask_kernel[grid](mask, seqlen_q, seqlen_k, float(dropout_p), int(seed),
+                               BLOCK_M=32, BLOCK_N=32)
+    return mask.view(batch, heads, seqlen_q, seqlen_k).bool()

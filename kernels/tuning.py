@@ -1,0 +1,42 @@
+"""Tile sizes, warps and pipeline depth for the attention kernels, by head dim and pass.
+
+The GPU table comes from sweeps on an H100 (`scripts/tune_attention.py`, notes in
+kernels/NOTES.md). The interpreter gets small tiles so that CPU tests stay fast yet still cross
+several blocks.
+"""
+import os
+
+INTERPRETER_TILE = 32
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket
+_FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+_FORWARD_CAUSAL = _FORWARD
+_BACKWARD = {16: (64, 64, 4, 2), 32: (64, 64, 4, 2), 64: (64, 128, 8, 2), 128: (64, 128, 8, 2)}
+
+
+def _bucket(block_d):
+    return min(max(block_d, 16), 128)
+
+
+def _config(table, block_d):
+    block_m, block_n, warps, stages = table[_bucket(block_d)]
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+
+
+def _interpreter_config():
+    tile = INTERPRETER_TILE
+    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1}
+
+
+def forward_config(block_d, causal):
+    """Launch parameters of the forward kernel."""
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return _interpreter_config()
+    return _config(_FORWARD_CAUSAL if causal else _FORWARD, block_d)
+
+
+def backward_config(block_d, causal):
+    """Launch parameters of the dK/dV and dQ kernels (one shared tile shape)."""
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return _interpreter_config()
+    return _config(_BACKWARD, block_d)
