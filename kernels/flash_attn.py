@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tuning import backward_config, forward_config
+from kernels.tuning import backward_configs, forward_config
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -499,8 +499,8 @@ def _forward(q, k, v, prob, config=None):
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, prob, config=None):
-    config = prob.tiles(config or backward_config(prob.block_d, prob.causal))
+def _backward(do, q, k, v, o, lse, prob, configs=None):
+    dkdv_cfg, dq_cfg = (prob.tiles(c) for c in (configs or backward_configs(prob.block_d, prob.causal)))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse)
     lse_strides = prob.lse_strides(lse)
@@ -512,19 +512,19 @@ def _backward(do, q, k, v, o, lse, prob, config=None):
         BLOCK_M=64, VARLEN=prob.varlen)
     common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
               *_strides(do, prob.varlen))
-    _bwd_dkdv_kernel[(triton.cdiv(prob.seqlen_k, config["BLOCK_N"]), prob.batch * prob.heads_kv)](
+    _bwd_dkdv_kernel[(triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]), prob.batch * prob.heads_kv)](
         q, k, v, do, lse, delta, dk, dv, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
         sp.col_ptr if sp else q, sp.row_idx if sp else q,
         *common, *_strides(dk, prob.varlen), *_strides(dv, prob.varlen), *lse_strides,
         prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group, prob.sm_scale,
-        prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, **flags, **config)
-    _bwd_dq_kernel[(triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)](
+        prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, **flags, **dkdv_cfg)
+    _bwd_dq_kernel[(triton.cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]), prob.batch * prob.heads)](
         q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
         sp.row_ptr if sp else q, sp.col_idx if sp else q,
         *common, *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
         prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
         prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, REVERSE=prob.causal and sp is None,
-        **flags, **config)
+        **flags, **dq_cfg)
     return dq, dk, dv
 
 

@@ -11,7 +11,8 @@ INTERPRETER_TILE = 32
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket
 _FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
 _FORWARD_CAUSAL = _FORWARD
-_BACKWARD = {16: (64, 64, 4, 2), 32: (64, 64, 4, 2), 64: (64, 128, 8, 2), 128: (64, 128, 8, 2)}
+_DKDV = {16: (64, 128, 8, 2), 32: (64, 128, 8, 2), 64: (64, 128, 8, 2), 128: (64, 128, 8, 2)}
+_DQ = {16: (128, 64, 8, 2), 32: (128, 64, 8, 2), 64: (128, 64, 8, 2), 128: (128, 64, 8, 2)}
 
 
 def _bucket(block_d):
@@ -35,8 +36,8 @@ def forward_config(block_d, causal):
     return _config(_FORWARD_CAUSAL if causal else _FORWARD, block_d)
 
 
-def backward_config(block_d, causal):
-    """Launch parameters of the dK/dV and dQ kernels (one shared tile shape)."""
+def backward_configs(block_d, causal):
+    """Launch parameters of the dK/dV kernel and of the dQ kernel."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return _interpreter_config()
-    return _config(_BACKWARD, block_d)
+        return _interpreter_config(), _interpreter_config()
+    return _config(_DKDV, block_d), _config(_DQ, block_d)

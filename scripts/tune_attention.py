@@ -1,0 +1,97 @@
+"""Sweep tile configurations of the attention kernels on a GPU and print the fastest per case.
+
+Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
+Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
+"""
+import argparse
+import json
+import pathlib
+
+import torch
+import triton
+
+from kernels import flash_attn as fa
+from fa_train.metrics.flops import attention_flops
+
+FWD = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
+       (64, 64, 4, 3), (128, 64, 4, 4)]
+DKDV = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2),
+        (64, 128, 4, 3)]
+DQ = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2),
+      (64, 64, 4, 4)]
+
+
+def cfg(t):
+    return {"BLOCK_M": t[0], "BLOCK_N": t[1], "num_warps": t[2], "num_stages": t[3]}
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--head-dims", default="64,128")
+    args = ap.parse_args()
+    out_dir = pathlib.Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    n = args.seqlen
+    for d in map(int, args.head_dims.split(",")):
+        heads, batch = 2048 // d, max(1, 16384 // n)
+        for causal in (False, True):
+            torch.manual_seed(0)
+            q, k, v = [torch.randn(batch, n, heads, d, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(3)]
+            do = torch.randn_like(q)
+            prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, 0.0, 0, None)
+            ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
+            ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, (cfg(DKDV[0]), cfg(DQ[0])))
+            fl_f = attention_flops(batch, n, n, heads, d, causal, "fwd")
+            fl_b = attention_flops(batch, n, n, heads, d, causal, "bwd")
+            for kind, table in (("fwd", FWD), ("dkdv", DKDV), ("dq", DQ)):
+                for t in table:
+                    try:
+                        if kind == "fwd":
+                            o, _ = fa._forward(q, k, v, prob, cfg(t))
+                            err = (o.float() - ref_o.float()).abs().max().item()
+                            ms = bench(lambda: fa._forward(q, k, v, prob, cfg(t)))
+                            tf = fl_f / ms / 1e9
+                        else:
+                            cfgs = (cfg(t), cfg(DQ[0])) if kind == "dkdv" else (cfg(DKDV[0]), cfg(t))
+                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, cfgs)
+                            err = max((a.float() - b.float()).abs().max().item() for a, b in zip(g, ref_g))
+                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, cfgs))
+                            tf = None
+                    except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a result
+                        rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, error=str(exc)[:200]))
+                        print(d, causal, kind, t, "ERROR", str(exc)[:100], flush=True)
+                        continue
+                    rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, ms=ms, tflops=tf, maxdiff=err))
+                    print(d, causal, kind, t, f"{ms:.3f} ms", f"{tf:.0f} TF/s" if tf else "", f"diff {err:.3g}", flush=True)
+            # peers for orientation
+            qt, kt, vt = [x.transpose(1, 2) for x in (q, k, v)]
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            for name, be in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+                with sdpa_kernel(be):
+                    f = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    ms = bench(f)
+                    rows.append(dict(d=d, causal=causal, kind=name, ms=ms, tflops=fl_f / ms / 1e9))
+                    print(d, causal, name, f"fwd {ms:.3f} ms {fl_f / ms / 1e9:.0f} TF/s", flush=True)
+            best = {}
+            for r in rows:
+                if r["d"] == d and r["causal"] == causal and "ms" in r and r["kind"] in ("fwd", "dkdv", "dq"):
+                    if r["kind"] not in best or r["ms"] < best[r["kind"]]["ms"]:
+                        best[r["kind"]] = r
+            bwd_ms = best["dkdv"]["ms"] + best["dq"]["ms"]
+            print(f"BEST d={d} causal={causal}: fwd {best['fwd']['cfg']} {best['fwd']['tflops']:.0f} TF/s; "
+                  f"dkdv {best['dkdv']['cfg']} dq {best['dq']['cfg']}; fwd+bwd ~ "
+                  f"{(fl_f + fl_b) / (best['fwd']['ms'] + bwd_ms) / 1e9:.0f} TF/s", flush=True)
+    (out_dir / "tune.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
+                                                      seqlen=n, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Shared helpers for kernel tests: random inputs, float64 references, relative errors."""
+import torch
+
+from kernels import reference_attention
+
+
+def rel_err(x, ref):
+    """‖x − ref‖ / ‖ref‖ in float64 (0 when both are zero)."""
+    ref = ref.detach().double()
+    num = (x.detach().double() - ref).norm()
+    den = ref.norm()
+    return float(num / den) if den > 0 else float(num)
+
+
+def qkv(batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype=torch.float32, device="cpu"):
+    """Fresh random q, k, v that require grad."""
+    shapes = ((batch, seqlen_q, heads, head_dim), (batch, seqlen_k, heads_kv, head_dim),
+              (batch, seqlen_k, heads_kv, head_dim))
+    return [torch.randn(s, dtype=dtype, device=device).requires_grad_() for s in shapes]
+
+
+def run_with_grads(fn, tensors, grad_out=None):
+    """Run fn(*tensors), backprop grad_out (random when None); return out, grads, grad_out."""
+    out = fn(*tensors)
+    if grad_out is None:
+        grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    grads = [t.grad.clone() for t in tensors]
+    for t in tensors:
+        t.grad = None
+    return out, grads, grad_out
+
+
+def reference_with_grads(tensors, grad_out, **kwargs):
+    """float64 reference output and gradients for the same inputs."""
+    leaves = [t.detach().double().requires_grad_() for t in tensors]
+    out, _ = reference_attention(*leaves, **kwargs)
+    out.backward(grad_out.double())
+    return out, [t.grad for t in leaves]
+
+
+def assert_close_to_reference(out, grads, ref_out, ref_grads, tol):
+    assert torch.isfinite(out).all(), "output has NaN/inf"
+    assert rel_err(out, ref_out) < tol, f"out rel err {rel_err(out, ref_out):.2e}"
+    for name, g, rg in zip("qkv", grads, ref_grads):
+        assert torch.isfinite(g).all(), f"d{name} has NaN/inf"
+        assert rel_err(g, rg) < tol, f"d{name} rel err {rel_err(g, rg):.2e}"

@@ -1,0 +1,179 @@
+"""Dense FlashAttention against the float64 reference, under the Triton interpreter on CPU."""
+import itertools
+
+import pytest
+import torch
+
+from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
+                     reference_attention)
+from tests.kernels.helpers import (assert_close_to_reference, qkv, reference_with_grads, rel_err,
+                                   run_with_grads)
+
+TOL32 = 1e-4  # float32 inputs: interpreter dots are exact float32
+
+SHAPES = [  # (seqlen_q, seqlen_k, head_dim)
+    (1, 1, 16), (17, 17, 32), (100, 100, 64), (33, 33, 128), (50, 50, 24), (40, 100, 64),
+    (100, 40, 32),
+]
+FEATURES = list(itertools.product([False, True], [False, True], [0.0, 0.25], [1, 2]))
+
+
+def _padding_mask(batch, seqlen_k):
+    mask = torch.rand(batch, seqlen_k) > 0.3
+    mask[:, 0] = True
+    return mask
+
+
+@pytest.mark.parametrize("seqlen_q,seqlen_k,head_dim", SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_shapes_match_reference(seqlen_q, seqlen_k, head_dim, causal):
+    torch.manual_seed(seqlen_q * 1000 + seqlen_k + head_dim)
+    tensors = qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim)
+    out, grads, g = run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, causal=causal), tensors)
+    ref, ref_grads = reference_with_grads(tensors, g, causal=causal)
+    assert_close_to_reference(out, grads, ref, ref_grads, TOL32)
+
+
+@pytest.mark.parametrize("causal,padding,dropout_p,group", FEATURES)
+def test_feature_combinations(causal, padding, dropout_p, group):
+    torch.manual_seed(hash((causal, padding, dropout_p, group)) % 2**31)
+    batch, seqlen, heads, head_dim = 2, 45, 4, 32
+    tensors = qkv(batch, seqlen, seqlen, heads, heads // group, head_dim)
+    mask = _padding_mask(batch, seqlen) if padding else None
+    seed_state = torch.get_rng_state()
+    out, grads, g = run_with_grads(
+        lambda q, k, v: flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal,
+                                        key_padding_mask=mask), tensors)
+    keep = None
+    if dropout_p:
+        torch.set_rng_state(seed_state)
+        keep = dropout_mask(batch, heads, seqlen, seqlen, dropout_p, next_dropout_seed(), "cpu")
+    ref, ref_grads = reference_with_grads(tensors, g, causal=causal, key_padding_mask=mask,
+                                          dropout_mask=keep, dropout_p=dropout_p)
+    assert_close_to_reference(out, grads, ref, ref_grads, TOL32)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 5e-3), (torch.float32, TOL32)])
+def test_lse_and_low_precision(dtype, tol):
+    torch.manual_seed(3)
+    q, k, v = [t.detach().to(dtype) for t in qkv(1, 70, 70, 2, 1, 64)]
+    out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+    ref, ref_lse = reference_attention(q.double(), k.double(), v.double(), causal=True)
+    assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (1, 2, 70)
+    assert rel_err(out, ref) < tol
+    assert rel_err(lse, ref_lse) < 1e-5
+
+
+def test_rows_without_keys_are_zero_with_zero_grads():
+    torch.manual_seed(4)
+    tensors = qkv(2, 40, 20, 2, 2, 16)  # causal with Nq > Nk: the first 20 rows see no key
+    mask = torch.ones(2, 20, dtype=torch.bool)
+    mask[1] = False  # batch 1 sees no key at all
+    out, grads, _ = run_with_grads(
+        lambda q, k, v: flash_attn_func(q, k, v, causal=True, key_padding_mask=mask), tensors)
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+    assert out[:, :20].abs().max() == 0 and out[1].abs().max() == 0
+    assert grads[0][:, :20].abs().max() == 0 and grads[0][1].abs().max() == 0
+    assert grads[1][1].abs().max() == 0 and grads[2][1].abs().max() == 0
+    assert out[0, 20:].abs().max() > 0
+
+
+@pytest.mark.parametrize("causal,dropout_p", [(False, 0.0), (True, 0.0), (True, 0.2)])
+def test_varlen_matches_per_sequence_reference(causal, dropout_p):
+    torch.manual_seed(5)
+    lengths = [5, 33, 1, 20]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+    total, heads, heads_kv, head_dim = sum(lengths), 4, 2, 32
+    tensors = [torch.randn(total, h, head_dim).requires_grad_() for h in (heads, heads_kv, heads_kv)]
+    state = torch.get_rng_state()
+    out, grads, g = run_with_grads(
+        lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths),
+                                               dropout_p=dropout_p, causal=causal), tensors)
+    torch.set_rng_state(state)
+    seed = next_dropout_seed()
+    for b, n in enumerate(lengths):
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        keep = None
+        if dropout_p:  # sequence b uses heads b*H .. b*H+H-1 of the same Philox stream
+            keep = dropout_mask(b + 1, heads, n, n, dropout_p, seed, "cpu")[b:b + 1]
+        part = [t.detach()[rows][None] for t in tensors]
+        ref, ref_grads = reference_with_grads(part, g[rows][None], causal=causal,
+                                              dropout_mask=keep, dropout_p=dropout_p)
+        assert rel_err(out[rows], ref[0]) < TOL32
+        for grad, ref_grad in zip(grads, ref_grads):
+            assert rel_err(grad[rows], ref_grad[0]) < TOL32
+
+
+def test_dropout_is_reproducible_and_has_the_right_rate():
+    q, k, v = [t.detach() for t in qkv(1, 64, 64, 2, 2, 16)]
+    torch.manual_seed(11)
+    first = flash_attn_func(q, k, v, dropout_p=0.3)
+    torch.manual_seed(11)
+    second = flash_attn_func(q, k, v, dropout_p=0.3)
+    third = flash_attn_func(q, k, v, dropout_p=0.3)
+    assert torch.equal(first, second)
+    assert not torch.equal(first, third)
+    keep = dropout_mask(2, 4, 64, 64, 0.3, seed=123, device="cpu")
+    assert abs(keep.float().mean().item() - 0.7) < 0.02
+    assert not torch.equal(keep, dropout_mask(2, 4, 64, 64, 0.3, seed=124, device="cpu"))
+
+
+def test_backward_is_bitwise_deterministic():
+    torch.manual_seed(6)
+    tensors = qkv(1, 50, 50, 4, 2, 32)
+    g = torch.randn(1, 50, 4, 32)
+    runs = [run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, causal=True), tensors, g)[1]
+            for _ in range(3)]
+    for other in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
+
+
+def test_non_contiguous_inputs_are_handled():
+    torch.manual_seed(7)
+    base = torch.randn(1, 2, 30, 32)  # (B, H, N, d) viewed as (B, N, H, d): non-unit head stride
+    q = base.transpose(1, 2)
+    k = torch.randn(1, 30, 2, 64)[..., ::2]  # last stride 2
+    v = torch.randn(1, 30, 2, 32)
+    out = flash_attn_func(q, k, v)
+    ref, _ = reference_attention(q.double(), k.double(), v.double())
+    assert rel_err(out, ref) < TOL32
+
+
+@pytest.mark.parametrize("make_args,match", [
+    (lambda q, k, v: (q[0], k, v), "q must have 4 dims"),
+    (lambda q, k, v: (q, k[:1], v[:1]), "batch size of k"),
+    (lambda q, k, v: (q, k, v[..., :8]), "k and v must have the same shape"),
+    (lambda q, k, v: (q[..., :8], k, v), "head_dim of k"),
+    (lambda q, k, v: (q, k[:, :, :3], v[:, :, :3]), "multiple of k/v heads"),
+    (lambda q, k, v: (q.long(), k, v), "q has dtype"),
+    (lambda q, k, v: (q.double(), k.double(), v.double()), "supported: float16"),
+    (lambda q, k, v: (q.half(), k, v), "share a dtype"),
+    (lambda q, k, v: ("q", k, v), "q must be a torch.Tensor"),
+])
+def test_bad_input_names_the_argument(make_args, match):
+    q, k, v = [torch.randn(2, 8, 4, 16) for _ in range(3)]
+    with pytest.raises((ValueError, TypeError), match=match):
+        flash_attn_func(*make_args(q, k, v))
+
+
+def test_bad_options_are_rejected():
+    q = torch.randn(2, 8, 2, 16)
+    with pytest.raises(ValueError, match="dropout_p"):
+        flash_attn_func(q, q, q, dropout_p=1.0)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        flash_attn_func(q, q, q, key_padding_mask=torch.ones(2, 9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="head_dim 200"):
+        flash_attn_func(*[torch.randn(1, 4, 1, 200)] * 3)
+    cu = torch.tensor([0, 8, 16])
+    with pytest.raises(TypeError, match="cu_seqlens_q must be int32"):
+        flash_attn_varlen_func(q[0], q[0], q[0], cu, cu.int(), 8, 8)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k\[-1\]"):
+        flash_attn_varlen_func(q.reshape(16, 2, 16), q.reshape(16, 2, 16), q.reshape(16, 2, 16),
+                               cu.int(), torch.tensor([0, 8, 15], dtype=torch.int32), 8, 8)
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q = torch.randn(1, 4, 1, 16)
+    with pytest.raises(RuntimeError, match="need CUDA tensors"):
+        flash_attn_func(q, q, q)

@@ -1,0 +1,121 @@
+"""GPU checks of the attention kernels at realistic sizes (bf16/fp16 against float64)."""
+import pytest
+import torch
+
+from kernels import (blocksparse_attn_func, dropout_mask, flash_attn_func, flash_attn_varlen_func,
+                     next_dropout_seed, reference_attention)
+from kernels.layouts import butterfly_layout
+from tests.kernels.helpers import rel_err
+
+pytestmark = pytest.mark.gpu
+BAND = {torch.bfloat16: 1e-2, torch.float16: 1e-2}
+
+
+def poison_allocator(nbytes=2 << 30):
+    """Fill the caching allocator's free blocks with NaN so unwritten outputs show up."""
+    torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").fill_(float("nan"))
+    torch.cuda.synchronize()
+
+
+def _inputs(batch, seqlen, heads, heads_kv, head_dim, dtype, seqlen_k=None):
+    seqlen_k = seqlen_k or seqlen
+    shapes = [(batch, seqlen, heads, head_dim), (batch, seqlen_k, heads_kv, head_dim),
+              (batch, seqlen_k, heads_kv, head_dim)]
+    return [torch.randn(s, device="cuda", dtype=dtype).requires_grad_() for s in shapes]
+
+
+def _check(fn, tensors, dtype, **ref_kwargs):
+    poison_allocator()
+    out = fn(*tensors)
+    g = torch.randn_like(out)
+    out.backward(g)
+    grads = [t.grad for t in tensors]
+    leaves = [t.detach().double().requires_grad_() for t in tensors]
+    ref, _ = reference_attention(*leaves, **ref_kwargs)
+    ref.backward(g.double())
+    for name, x, r in [("out", out, ref)] + list(zip(["dq", "dk", "dv"], grads, [t.grad for t in leaves])):
+        assert not torch.isnan(x).any(), f"{name} has NaN (unwritten or invalid)"
+        err = rel_err(x, r)
+        assert err < BAND[dtype], f"{name} rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 80])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen", [1000, 4096])
+def test_dense_realistic(dtype, head_dim, causal, seqlen):
+    torch.manual_seed(seqlen + head_dim)
+    tensors = _inputs(2, seqlen, 4, 2, head_dim, dtype)
+    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=causal), tensors, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_dense_16k(head_dim):
+    torch.manual_seed(16)
+    tensors = _inputs(1, 16384, 1, 1, head_dim, torch.bfloat16)
+    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=True), tensors, torch.bfloat16,
+           causal=True)
+
+
+def test_padding_dropout_gqa_uneven_lengths():
+    torch.manual_seed(1)
+    batch, heads, seqlen = 2, 8, 1537
+    tensors = _inputs(batch, seqlen, heads, 2, 64, torch.bfloat16, seqlen_k=1200)
+    mask = torch.rand(batch, 1200, device="cuda") > 0.2
+    state = torch.get_rng_state()
+    fn = lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.1, causal=True, key_padding_mask=mask)
+    out = fn(*tensors)
+    torch.set_rng_state(state)
+    keep = dropout_mask(batch, heads, seqlen, 1200, 0.1, next_dropout_seed())
+    assert abs(keep.float().mean().item() - 0.9) < 0.01
+    torch.set_rng_state(state)
+    _check(fn, tensors, torch.bfloat16, causal=True, key_padding_mask=mask, dropout_mask=keep,
+           dropout_p=0.1)
+    assert out.shape == (batch, seqlen, heads, 64)
+
+
+def test_varlen():
+    torch.manual_seed(2)
+    lengths = [1, 17, 1000, 513, 2048]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    total = sum(lengths)
+    q, k, v = [torch.randn(total, 8, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True)
+    for b in range(len(lengths)):
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        ref, _ = reference_attention(*(t[rows][None].double() for t in (q, k, v)), causal=True)
+        assert rel_err(out[rows], ref[0]) < 1e-2
+
+
+def test_backward_race_check_100_runs():
+    torch.manual_seed(3)
+    q, k, v = _inputs(2, 2048, 8, 2, 64, torch.bfloat16)
+    g = torch.randn_like(q)
+    first = None
+    for _ in range(100):
+        for t in (q, k, v):
+            t.grad = None
+        flash_attn_func(q, k, v, causal=True, deterministic=True).backward(g)
+        grads = [t.grad.clone() for t in (q, k, v)]
+        if first is None:
+            first = grads
+        assert all(torch.equal(a, b) for a, b in zip(first, grads))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_blocksparse_butterfly(head_dim):
+    torch.manual_seed(4)
+    seqlen, block = 4096, 128
+    layout = butterfly_layout(seqlen, block, n_factors=3).cuda()
+    tensors = _inputs(2, seqlen, 4, 4, head_dim, torch.bfloat16)
+    mask = layout.repeat_interleave(block, 0).repeat_interleave(block, 1)
+    _check(lambda q, k, v: blocksparse_attn_func(q, k, v, layout, block_size=block, causal=True),
+           tensors, torch.bfloat16, causal=True, attn_mask=mask[None, None])
+
+
+def test_memory_linear_64k():
+    q, k, v = _inputs(1, 65536, 16, 16, 64, torch.bfloat16)
+    torch.cuda.reset_peak_memory_stats()
+    flash_attn_func(q, k, v, causal=True).backward(torch.randn_like(q))
+    peak = torch.cuda.max_memory_allocated() / 2**30  # inputs and gradients included
+    assert peak <= 2.0, f"peak {peak:.2f} GiB"
