@@ -1,0 +1,5 @@
+"""Training callbacks: throughput (tokens/s per GPU), MFU, peak memory, loss history."""
+from fa_train.callbacks.perf import PerfMonitor
+from fa_train.callbacks.history import LossHistory
+
+__all__ = ["LossHistory", "PerfMonitor"]

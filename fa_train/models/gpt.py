@@ -1,0 +1,138 @@
+"""GPT-2 (small 124M / medium 355M / large 774M), nanoGPT-style and readable in one sitting.
+
+Learned absolute positions, tied input/output embeddings, pre-LayerNorm blocks, GELU MLP,
+dropout 0.1, context length up to 64K, optional activation checkpointing. Attention goes through
+fa_train.attention, so ``attention=standard|sdpa|flash|blocksparse`` changes nothing else.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from fa_train.attention import build_attention
+
+GPT2_PRESETS = {
+    "gpt2-small": dict(n_layer=12, n_head=12, d_model=768),    # 124M
+    "gpt2-medium": dict(n_layer=24, n_head=16, d_model=1024),  # 355M
+    "gpt2-large": dict(n_layer=36, n_head=20, d_model=1280),   # 774M
+}
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+    max_seq_len: int = 1024          # context length (learned position table size), up to 64K
+    n_layer: int = 12
+    n_head: int = 12
+    d_model: int = 768
+    dropout: float = 0.1             # embedding, residual and attention-probability dropout
+    bias: bool = True
+    activation_checkpointing: bool = False
+    attention: Any = field(default_factory=lambda: {"impl": "auto"})
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig, attention):
+        super().__init__()
+        assert cfg.d_model % cfg.n_head == 0, "d_model must be divisible by n_head"
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.attn_dropout = cfg.dropout
+        self.attention = attention
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.c_attn(x).view(b, n, 3, self.n_head, c // self.n_head).unbind(dim=2)
+        y = self.attention(q, k, v, causal=True,
+                           dropout_p=self.attn_dropout if self.training else 0.0)
+        return self.resid_dropout(self.c_proj(y.reshape(b, n, c)))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig, attention):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg, attention)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """GPT-2 language model: ``logits = model(idx)`` with idx (B, N) token ids."""
+
+    def __init__(self, config: GPTConfig | None = None, preset: str | None = None, **kwargs):
+        super().__init__()
+        if preset is not None:
+            if preset not in GPT2_PRESETS:
+                raise ValueError(f"unknown GPT preset {preset!r}; valid: {sorted(GPT2_PRESETS)}")
+            kwargs = {**GPT2_PRESETS[preset], **kwargs}
+        cfg = config or GPTConfig(**kwargs)
+        self.config = cfg
+        self.attention = build_attention(cfg.attention)
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList([Block(cfg, self.attention) for _ in range(cfg.n_layer)])
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied embeddings
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.wpe.weight.numel() if non_embedding else n
+
+    def flops_shape(self) -> dict:
+        """Numbers for fa_train.metrics.flops.transformer_flops_per_token."""
+        c = self.config
+        return dict(n_params=self.num_params(), n_layers=c.n_layer, n_heads=c.n_head,
+                    head_dim=c.d_model // c.n_head)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        b, n = idx.shape
+        if n > self.config.max_seq_len:
+            raise ValueError(f"sequence length {n} exceeds model.max_seq_len "
+                             f"{self.config.max_seq_len}")
+        pos = torch.arange(n, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks:
+            if self.config.activation_checkpointing and self.training:
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return self.lm_head(self.ln_f(x))

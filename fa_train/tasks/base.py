@@ -1,0 +1,97 @@
+"""The shared LightningModule: holds the model, builds optimizer and schedule, logs perf shape."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import lightning as L
+import torch
+
+from fa_train.tasks.optim import build_optimizer, lr_multiplier
+
+
+def _plain(x):
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+        if isinstance(x, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(x, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return dict(x) if isinstance(x, Mapping) else x
+
+
+def batch_get(batch, *names, index=None):
+    """First present key of a dict batch, or positional item ``index`` of a tuple batch."""
+    if isinstance(batch, Mapping):
+        for n in names:
+            if n in batch and batch[n] is not None:
+                return batch[n]
+        return None
+    if index is not None and isinstance(batch, (tuple, list)) and len(batch) > index:
+        return batch[index]
+    return None
+
+
+class TaskModule(L.LightningModule):
+    """Base task. Subclasses implement ``step(batch, stage) -> loss`` and log their metrics."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Mapping | None = None,
+                 scheduler: Mapping | None = None, compile: bool = False,
+                 compile_mode: str | None = None):
+        super().__init__()
+        self.model = model
+        self.optimizer_cfg = _plain(optimizer) or {"name": "adamw", "lr": 1e-3}
+        self.scheduler_cfg = _plain(scheduler) or {"name": "none"}
+        self.compile = bool(compile)
+        self.compile_mode = compile_mode
+        self._compiled = None
+        self.tokens_seen = 0  # per-process count of non-padding input tokens
+        self.save_hyperparameters(ignore=["model"])
+
+    # -- model call (optionally compiled) ---------------------------------------------------------
+    def configure_model(self):
+        if self.compile and self._compiled is None:
+            # kept out of the module tree so checkpoints hold the plain model's keys
+            object.__setattr__(self, "_compiled", torch.compile(self.model, mode=self.compile_mode))
+
+    def forward(self, *args, **kwargs):
+        fn = self._compiled if self._compiled is not None else self.model
+        return fn(*args, **kwargs)
+
+    # -- Lightning hooks --------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        return self.step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        return self.step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        return self.step(batch, "test")
+
+    def step(self, batch, stage: str) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def count_tokens(self, n: int | torch.Tensor):
+        self.tokens_seen += int(n)
+
+    def configure_optimizers(self):
+        ocfg = dict(self.optimizer_cfg)
+        opt = build_optimizer(self.model, **ocfg)
+        scfg = dict(self.scheduler_cfg)
+        name = scfg.pop("name", "none")
+        if name == "none":
+            return opt
+        total = scfg.pop("total_steps", None)
+        if not total and self.trainer is not None:
+            est = self.trainer.estimated_stepping_batches
+            total = int(est) if est and est != float("inf") else None
+        warmup = int(scfg.pop("warmup_steps", 0) or 0)
+        min_ratio = float(scfg.pop("min_lr_ratio", 0.0) or 0.0)
+        lr_multiplier(0, name)  # validates the name
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: lr_multiplier(s, name, warmup, total, min_ratio))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.trainer is not None and self.trainer.optimizers:
+            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"],
+                     on_step=True, on_epoch=False, batch_size=1)

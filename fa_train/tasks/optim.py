@@ -1,0 +1,111 @@
+"""Optimizers and learning-rate schedules built from config.
+
+optimizer: {name: adamw|adam|lamb, lr, betas, eps, weight_decay, fused}
+scheduler: {name: cosine|linear|constant|rsqrt|none, warmup_steps, total_steps, min_lr_ratio}
+
+Schedules are multipliers of ``optimizer.lr`` stepped every optimizer step:
+- cosine / linear: linear warmup, then decay to ``min_lr_ratio`` at ``total_steps``.
+- rsqrt: the LRA form ``lr * min(1, step/warmup) / sqrt(max(step, warmup))`` ("0.05 rsqrt" = lr 0.05).
+- constant: warmup, then flat.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import torch
+
+SCHEDULES = ("cosine", "linear", "constant", "rsqrt", "none")
+OPTIMIZERS = ("adamw", "adam", "lamb")
+
+
+def lr_multiplier(step: int, name: str, warmup_steps: int = 0, total_steps: int | None = None,
+                  min_lr_ratio: float = 0.0) -> float:
+    """Multiplier of the base learning rate after ``step`` optimizer steps."""
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown scheduler {name!r}; valid choices: {list(SCHEDULES)}")
+    if name == "none":
+        return 1.0
+    if name == "rsqrt":
+        w = max(1, warmup_steps)
+        s = max(step, 1)
+        return min(1.0, s / w) / math.sqrt(max(s, w))
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if name == "constant" or not total_steps or total_steps <= warmup_steps:
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if name == "cosine":
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        decay = 1.0 - progress
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al. 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["m"] = torch.zeros_like(p)
+                    state["v"] = torch.zeros_like(p)
+                state["step"] += 1
+                m, v, g = state["m"], state["v"], p.grad
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                mh = m / (1 - b1 ** state["step"])
+                vh = v / (1 - b2 ** state["step"])
+                update = mh / (vh.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update = update + group["weight_decay"] * p
+                w_norm, u_norm = p.norm(), update.norm()
+                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm,
+                                    torch.ones_like(w_norm))
+                p.add_(update * trust, alpha=-group["lr"])
+        return loss
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only (not biases, norms, embeddings' positions are matrices too)."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(params: Iterable | torch.nn.Module, name: str = "adamw", lr: float = 1e-3,
+                    betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                    fused: bool | None = None) -> torch.optim.Optimizer:
+    if isinstance(params, torch.nn.Module):
+        params = param_groups(params, weight_decay)
+    betas = tuple(betas)
+    if name == "adamw":
+        kw = {}
+        if fused is None:
+            fused = torch.cuda.is_available()
+        if fused:
+            kw["fused"] = True
+        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **kw)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+    if name == "lamb":
+        return Lamb(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}; valid choices: {list(OPTIMIZERS)}")
