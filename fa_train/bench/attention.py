@@ -1,0 +1,169 @@
+"""Dense attention benchmark (paper Figure 3; shapes and FLOP convention of shared/anchors.md).
+
+Shapes: batch x seqlen = tokens (batch >= 1), heads = hidden / head_dim. FLOPs from
+fa_train.metrics.flops.attention_flops (forward 4·B·H·N²·d, halved when causal; backward 2.5x;
+padding counted at full length). Runtime: median of triton.testing.do_bench (CUDA events, L2
+flushed); the backward pass is timed alone (backward with retain_graph on a stored forward graph).
+Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, environment, make_progress,
+                                   parse_dtype, resolve_device)
+from fa_train.bench.impls import ATTENTION_IMPL_NAMES, Case, default_impls, padding_lengths
+from fa_train.bench.report import Plot, Table, write_reports
+from fa_train.bench.runner import measure
+from fa_train.metrics.flops import attention_flops
+
+DEFAULT_SEQLENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+QUICK_SEQLENS = (512, 2048, 8192)
+
+
+def _check_list(name, values, allowed=None, positive=False):
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must not be empty")
+    for v in values:
+        if allowed is not None and v not in allowed:
+            raise ValueError(f"{name}: {v!r} is not one of {list(allowed)}")
+        if positive and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ValueError(f"{name}: {v!r} is not a positive integer")
+    return values
+
+
+@dataclass
+class AttentionBenchConfig:
+    impls: list = field(default_factory=lambda: list(ATTENTION_IMPL_NAMES))
+    seqlens: list = field(default_factory=lambda: list(DEFAULT_SEQLENS))
+    head_dims: list = field(default_factory=lambda: [64, 128])
+    causal: list = field(default_factory=lambda: [False, True])
+    dropout_p: float = 0.0
+    padding: bool = False
+    passes: list = field(default_factory=lambda: list(PASSES))
+    dtype: str = "bf16"
+    tokens: int = 16384
+    hidden: int = 2048
+    device: str = "cuda"
+    warmup_ms: int = 25
+    rep_ms: int = 100
+    seed: int = 0
+    check: bool = True
+    progress: bool = True
+
+    def validate(self, known_impls=ATTENTION_IMPL_NAMES):
+        self.impls = _check_list("impls", self.impls, allowed=known_impls)
+        self.seqlens = sorted(_check_list("seqlens", self.seqlens, positive=True))
+        self.head_dims = _check_list("head_dims", self.head_dims, positive=True)
+        self.causal = [bool(c) for c in _check_list("causal", self.causal, allowed=(0, 1))]
+        self.passes = _check_list("passes", self.passes, allowed=PASSES)
+        parse_dtype(self.dtype)
+        if not 0.0 <= float(self.dropout_p) < 1.0:
+            raise ValueError(f"dropout_p must be in [0, 1), got {self.dropout_p}")
+        for name in ("tokens", "hidden", "rep_ms"):
+            _check_list(name, [getattr(self, name)], positive=True)
+        if self.warmup_ms < 0:
+            raise ValueError(f"warmup_ms must be >= 0, got {self.warmup_ms}")
+        for d in self.head_dims:
+            if self.hidden % d:
+                raise ValueError(f"hidden {self.hidden} is not divisible by head dim {d}")
+        resolve_device(self.device)
+        return self
+
+
+def shape_for(tokens, hidden, seqlen, head_dim):
+    """(batch, heads): batch x seqlen = tokens (at least 1), heads = hidden / head_dim."""
+    return max(1, tokens // seqlen), hidden // head_dim
+
+
+def make_inputs(batch, seqlen, heads, head_dim, dtype, device, seed):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(batch, seqlen, heads, head_dim, dtype=dtype, device=device, generator=gen)
+            for _ in range(3)]
+
+
+def run_attention_bench(config, impls=None):
+    """Run the dense attention benchmark; returns the rows (one per impl x shape x pass).
+
+    config: AttentionBenchConfig or a dict of its fields. impls: {name: AttentionImpl} to use
+    instead of the defaults (tests pass fakes).
+    """
+    if isinstance(config, dict):
+        config = AttentionBenchConfig(**config)
+    impls = impls or default_impls()
+    config.validate(known_impls=tuple(impls))
+    device = resolve_device(config.device)
+    dtype = parse_dtype(config.dtype)
+    tolerance = CHECK_TOLERANCE[config.dtype]
+    rows = []
+    groups = [(d, c) for d in config.head_dims for c in config.causal]
+    total = len(groups) * len(config.seqlens) * len(config.impls)
+    with make_progress(config.progress, total, "attention") as bar:
+        for head_dim, causal in groups:
+            for n_idx, seqlen in enumerate(config.seqlens):
+                batch, heads = shape_for(config.tokens, config.hidden, seqlen, head_dim)
+                q, k, v = make_inputs(batch, seqlen, heads, head_dim, dtype, device, config.seed)
+                lengths = (padding_lengths(batch, seqlen, config.seed, device)
+                           if config.padding else None)
+                case = Case(batch, seqlen, heads, head_dim, causal, float(config.dropout_p),
+                            config.padding, dtype, device, lengths)
+                for name in config.impls:
+                    bar.describe(f"{name} d={head_dim} causal={int(causal)} N={seqlen}")
+                    measured = measure(impls[name], case, q, k, v, config.passes,
+                                       check=config.check and n_idx == 0, tolerance=tolerance,
+                                       warmup_ms=config.warmup_ms, rep_ms=config.rep_ms)
+                    for m in measured:
+                        flops = attention_flops(batch, seqlen, seqlen, heads, head_dim,
+                                                causal=causal, mode=m["pass"])
+                        tflops = flops / (m["ms"] * 1e-3) / 1e12 if m.get("ms") else None
+                        rows.append({"bench": "attention", "impl": name, "batch": batch,
+                                     "seqlen": seqlen, "heads": heads, "head_dim": head_dim,
+                                     "causal": int(causal), "dropout_p": case.dropout_p,
+                                     "padding": int(config.padding), "dtype": config.dtype,
+                                     "flops": flops, "tflops": tflops, **m})
+                    bar.advance()
+                del q, k, v
+    return rows
+
+
+ATTENTION_TABLES = (
+    Table("TFLOP/s (higher is better)", ("head_dim", "causal", "seqlen", "pass"), "impl", "tflops",
+          ".1f"),
+    Table("Runtime, ms (median)", ("head_dim", "causal", "seqlen", "pass"), "impl", "ms", ".3f"),
+    Table("Peak memory, GiB (max_memory_allocated during the pass, inputs included)",
+          ("head_dim", "causal", "seqlen", "pass"), "impl", "peak_mem_gib", ".3f"),
+)
+
+
+def attention_plots(passes):
+    plots = []
+    for p in passes:
+        tag = p.replace("+", "_")
+        plots.append(Plot(f"attention_runtime_{tag}.png", "seqlen", "ms", ("impl",),
+                          ("head_dim", "causal"), {"pass": p}, f"{p} runtime vs sequence length",
+                          "sequence length N", "runtime (ms)"))
+    mem_pass = "fwd+bwd" if "fwd+bwd" in passes else passes[0]
+    plots.append(Plot("attention_memory.png", "seqlen", "peak_mem_gib", ("impl",),
+                      ("head_dim", "causal"), {"pass": mem_pass},
+                      f"peak memory ({mem_pass}) vs sequence length", "sequence length N",
+                      "peak memory (GiB)"))
+    return plots
+
+
+def write_attention_reports(rows, out_dir, config, name="attention"):
+    if isinstance(config, dict):
+        config = AttentionBenchConfig(**config)
+    notes = [
+        f"Shapes: batch × seqlen = {config.tokens} tokens, heads = {config.hidden} / head_dim; "
+        f"dtype {config.dtype}; dropout {config.dropout_p}; padding mask "
+        f"{'on (valid lengths uniform in [N/2, N])' if config.padding else 'off'}.",
+        "FLOPs: forward 4·B·H·N²·d (halved when causal), backward 2.5×, fwd+bwd 3.5× "
+        "(fa_train.metrics.flops.attention_flops); TFLOP/s = FLOPs / median time.",
+        "Correctness guard: first sequence length of each (head_dim, causal) group, batch 0, "
+        "first heads, against kernels.reference_attention in float64 (check_rel_err in the JSON).",
+    ]
+    return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
+                         asdict(config), ATTENTION_TABLES, attention_plots(config.passes), notes)

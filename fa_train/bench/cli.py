@@ -1,0 +1,175 @@
+"""fa-bench: attention benchmarks (paper Figures 2 and 3). Every subcommand takes --out DIR.
+
+  fa-bench attention   --out DIR [--impls ...] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]
+                       [--dropout 0.0] [--padding] [--passes fwd,bwd,fwd+bwd] [--dtype bf16]
+                       [--tokens 16384] [--hidden 2048] [--quick] [--device cuda]
+  fa-bench blocksparse --out DIR [--seqlens 4096,16384,65536] [--head-dims 64,128]
+                       [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0] [--block 128]
+  fa-bench blocksize   --out DIR [--blocks 16,32,64,128,256 or MxN tokens]
+  fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fa_train.bench.common import DTYPES, PASSES
+
+
+def _list(kind, name):
+    def parse(text):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"{name} needs at least one value")
+        out = []
+        for item in items:
+            try:
+                out.append(kind(item))
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{name}: {item!r} is not a valid {kind.__name__}") from None
+        return out
+    return parse
+
+
+def _words(name):
+    return _list(str, name)
+
+
+def _add_common(p, quick=True):
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (harness checks only)")
+    p.add_argument("--warmup-ms", type=int, default=25, help="do_bench warm-up (ms)")
+    p.add_argument("--rep-ms", type=int, default=100, help="do_bench repetition time (ms)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-check", action="store_true", help="skip the float64 correctness guard")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    if quick:
+        p.add_argument("--quick", action="store_true",
+                       help="fewer shapes and shorter timing (a few minutes on one GPU)")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="fa-bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    from fa_train.bench.impls import ATTENTION_IMPL_NAMES
+    p = sub.add_parser("attention", help="dense attention runtime, TFLOP/s, memory (Figure 3)")
+    _add_common(p)
+    p.add_argument("--impls", type=_words("--impls"), default=list(ATTENTION_IMPL_NAMES),
+                   help=f"comma list from {','.join(ATTENTION_IMPL_NAMES)}")
+    p.add_argument("--seqlens", type=_list(int, "--seqlens"), default=None,
+                   help="comma list (default 128,...,65536; --quick 512,2048,8192)")
+    p.add_argument("--head-dims", type=_list(int, "--head-dims"), default=[64, 128])
+    p.add_argument("--causal", type=_list(int, "--causal"), default=[0, 1], help="0,1")
+    p.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
+    p.add_argument("--padding", action="store_true", help="key padding mask (Figure 3 variant)")
+    p.add_argument("--passes", type=_words("--passes"), default=list(PASSES),
+                   help="comma list from fwd,bwd,fwd+bwd")
+    p.add_argument("--tokens", type=int, default=16384, help="batch x seqlen")
+    p.add_argument("--hidden", type=int, default=2048, help="heads x head_dim")
+
+    p = sub.add_parser("blocksparse", help="block-sparse runtime vs density (Figure 2 right)")
+    _add_common(p)
+    p.add_argument("--seqlens", type=_list(int, "--seqlens"), default=None,
+                   help="default 4096,16384,65536 (--quick 4096,16384)")
+    p.add_argument("--head-dims", type=_list(int, "--head-dims"), default=[64, 128])
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--factors", type=_words("--factors"), default=None,
+                       help="butterfly factor counts k (ints or 'max'); default 1,2,3,4,max")
+    group.add_argument("--densities", type=_list(float, "--densities"), default=None,
+                       help="target densities in (0, 1]: butterfly + global blocks")
+    p.add_argument("--block", type=int, default=128, help="layout block size (tokens)")
+    p.add_argument("--causal", type=_list(int, "--causal"), default=[0], help="0,1")
+    p.add_argument("--impls", type=_words("--impls"), default=None,
+                   help="comma list from blocksparse,flash,flex (default all)")
+    p.add_argument("--passes", type=_words("--passes"), default=["fwd", "fwd+bwd"])
+    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--hidden", type=int, default=2048)
+
+    p = sub.add_parser("blocksize", help="forward runtime vs kernel block size (Figure 2 middle)")
+    _add_common(p, quick=False)
+    p.add_argument("--blocks", type=_words("--blocks"), default=["16", "32", "64", "128", "256"],
+                   help="block sizes: B (block_m = block_n = B) or MxN")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--seqlen", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--causal", type=int, default=0, choices=[0, 1])
+
+    p = sub.add_parser("io", help="GFLOPs, HBM bytes (Nsight Compute) and runtime (Figure 2 left)")
+    _add_common(p, quick=False)
+    p.add_argument("--impls", type=_words("--impls"), default=["standard", "flash"])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--seqlen", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--causal", type=int, default=0, choices=[0, 1])
+    p.add_argument("--passes", type=_words("--passes"), default=["fwd+bwd"])
+    p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute byte count")
+    p.add_argument("--ncu", default="ncu", help="ncu executable")
+    return parser
+
+
+def _common_kwargs(args):
+    return dict(dtype=args.dtype, device=args.device, warmup_ms=args.warmup_ms,
+                rep_ms=args.rep_ms, seed=args.seed, check=not args.no_check,
+                progress=not args.no_progress)
+
+
+def configure(args):
+    """(config, run, write) for a parsed command line; ValueError names a bad argument."""
+    common = _common_kwargs(args)
+    quick = getattr(args, "quick", False)
+    if quick and args.warmup_ms == 25 and args.rep_ms == 100:
+        common.update(warmup_ms=5, rep_ms=25)
+    if args.command == "attention":
+        from fa_train.bench import attention as mod
+        seqlens = args.seqlens or list(mod.QUICK_SEQLENS if quick else mod.DEFAULT_SEQLENS)
+        config = mod.AttentionBenchConfig(
+            impls=args.impls, seqlens=seqlens, head_dims=args.head_dims, causal=args.causal,
+            dropout_p=args.dropout, padding=args.padding, passes=args.passes, tokens=args.tokens,
+            hidden=args.hidden, **common)
+        return config.validate(), mod.run_attention_bench, mod.write_attention_reports
+    if args.command == "blocksparse":
+        from fa_train.bench import blocksparse as mod
+        config = mod.BlocksparseBenchConfig(
+            seqlens=args.seqlens or ([4096, 16384] if quick else [4096, 16384, 65536]),
+            head_dims=args.head_dims, factors=args.factors, densities=args.densities,
+            block=args.block, causal=args.causal, passes=args.passes, tokens=args.tokens,
+            hidden=args.hidden, **({"impls": args.impls} if args.impls else {}), **common)
+        return config.validate(), mod.run_blocksparse_bench, mod.write_blocksparse_reports
+    if args.command == "blocksize":
+        from fa_train.bench import blocksize as mod
+        config = mod.BlocksizeBenchConfig(
+            blocks=args.blocks, batch=args.batch, seqlen=args.seqlen, heads=args.heads,
+            head_dim=args.head_dim, causal=bool(args.causal), **common)
+        return config.validate(), mod.run_blocksize_bench, mod.write_blocksize_reports
+    if args.command == "io":
+        from fa_train.bench import io as mod
+        config = mod.IOBenchConfig(
+            impls=args.impls, batch=args.batch, seqlen=args.seqlen, heads=args.heads,
+            head_dim=args.head_dim, causal=bool(args.causal), passes=args.passes,
+            ncu=None if args.no_ncu else args.ncu, **common)
+        return config.validate(), mod.run_io_bench, mod.write_io_reports
+    raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config, run, write = configure(args)
+    except ValueError as exc:  # configuration errors name the argument; exit status 2
+        parser.error(f"{args.command}: {exc}")
+    rows = run(config)
+    paths = write(rows, args.out, config)
+    for path in paths.values():
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Attention benchmark harness on CPU: argument validation, rows, OOM / unsupported handling."""
+import json
+
+import pytest
+import torch
+
+from fa_train.bench import AttentionBenchConfig, run_attention_bench, write_attention_reports
+from fa_train.bench.attention import shape_for
+from fa_train.bench.cli import main
+from fa_train.bench.common import Unsupported
+from fa_train.bench.impls import AttentionImpl, Built, default_impls, padding_lengths
+
+TINY = dict(seqlens=[32, 64], head_dims=[8], causal=[0, 1], tokens=128, hidden=16, dtype="fp32",
+            device="cpu", warmup_ms=0, rep_ms=1, progress=False)
+
+
+class FakeImpl(AttentionImpl):
+    """Standard attention with a planted failure: at build, in forward, in backward, or wrong."""
+
+    def __init__(self, name, fail=None):
+        self.name, self.fail = name, fail
+        self.calls = 0
+
+    def check_support(self, case):
+        if self.fail == "unsupported":
+            raise Unsupported("fake cannot run this")
+
+    def build(self, case, q, k, v, dropout_p):
+        inner = default_impls()["standard"].build(case, q, k, v, dropout_p)
+        fail = self.fail
+
+        class Boom(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, g):
+                raise torch.OutOfMemoryError("CUDA out of memory (fake, backward)")
+
+        def fn():
+            self.calls += 1
+            if fail == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64 GiB (fake)")
+            if fail == "error":
+                raise RuntimeError("fake kernel crashed")
+            out = inner.fn()
+            if fail == "wrong":
+                return out * 0.5
+            if fail == "oom_bwd":
+                return Boom.apply(out)
+            return out
+        return Built(fn, inner.leaves, inner.to_bnhd)
+
+
+def _by(rows, **want):
+    return [r for r in rows if all(r[k] == v for k, v in want.items())]
+
+
+def test_standard_and_sdpa_rows_on_cpu():
+    rows = run_attention_bench(dict(TINY, impls=["standard", "sdpa_flash"]))
+    assert len(rows) == 2 * 2 * 2 * 3  # impls x seqlens x causal x passes
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["ms"] > 0 and r["ms_p20"] <= r["ms_p80"]
+        assert r["tflops"] == pytest.approx(r["flops"] / (r["ms"] * 1e-3) / 1e12)
+        assert (r["batch"], r["heads"]) == (128 // r["seqlen"], 2)
+    # the guard runs on the first seqlen of each group and passes in fp32
+    checked = _by(rows, seqlen=32)
+    assert all(r["check_passed"] and r["check_rel_err"] < 1e-4 for r in checked)
+    assert all(r["check_rel_err"] is None for r in _by(rows, seqlen=64))
+    fwd = _by(rows, impl="standard", seqlen=64, causal=0, **{"pass": "fwd"})[0]
+    assert fwd["flops"] == 4 * 2 * 2 * 64 * 64 * 8
+    assert _by(rows, impl="standard", seqlen=64, causal=1, **{"pass": "fwd+bwd"})[0]["flops"] == \
+        3.5 * fwd["flops"] / 2
+
+
+def test_failures_become_rows_and_the_run_goes_on():
+    impls = {"oom": FakeImpl("oom", "oom"), "oom_bwd": FakeImpl("oom_bwd", "oom_bwd"),
+             "unsup": FakeImpl("unsup", "unsupported"), "err": FakeImpl("err", "error"),
+             "wrong": FakeImpl("wrong", "wrong"), "good": FakeImpl("good")}
+    cfg = dict(TINY, impls=list(impls), seqlens=[32], causal=[0])
+    rows = run_attention_bench(cfg, impls=impls)
+    status = {(r["impl"], r["pass"]): r["status"] for r in rows}
+    for p in ("fwd", "bwd", "fwd+bwd"):
+        assert status[("oom", p)] == "OOM"
+        assert status[("unsup", p)] == "unsupported"
+        assert status[("err", p)] == "error"
+        assert status[("wrong", p)] == "incorrect"
+        assert status[("good", p)] == "ok"
+    assert status[("oom_bwd", "fwd")] == "ok"
+    assert status[("oom_bwd", "bwd")] == status[("oom_bwd", "fwd+bwd")] == "OOM"
+    assert _by(rows, impl="unsup")[0]["reason"] == "fake cannot run this"
+    assert "fake kernel crashed" in _by(rows, impl="err")[0]["reason"]
+    wrong = _by(rows, impl="wrong")[0]
+    assert wrong["check_passed"] is False and wrong["ms"] is None and "not timed" in wrong["reason"]
+    assert impls["wrong"].calls == 1  # checked once, never timed
+
+
+def test_padding_and_dropout_variant(tmp_path):
+    cfg = AttentionBenchConfig(**dict(TINY, impls=["standard", "sdpa_flash", "flex"], seqlens=[64],
+                                      padding=True, dropout_p=0.1))
+    rows = run_attention_bench(cfg)
+    std = _by(rows, impl="standard")
+    assert all(r["status"] == "ok" and r["padding"] == 1 and r["dropout_p"] == 0.1 for r in std)
+    assert std[0]["check_passed"] and std[0]["check_note"] == "checked with dropout off"
+    assert all(r["status"] == "unsupported" for r in _by(rows, impl="sdpa_flash"))
+    flex = _by(rows, impl="flex")
+    assert all(r["status"] == "unsupported" and "dropout" in r["reason"] for r in flex)
+    paths = write_attention_reports(rows, tmp_path, cfg)
+    data = json.loads(paths["json"].read_text())
+    assert data["config"]["padding"] is True and data["environment"]["device"] == "cpu"
+    assert len(data["rows"]) == len(rows)
+    md = paths["md"].read_text()
+    assert "| head_dim | causal | seqlen | pass | standard | sdpa_flash | flex |" in md
+    assert "unsupported" in md and "Not measured" in md
+    lengths = padding_lengths(4, 64, seed=0)
+    assert ((lengths >= 32) & (lengths <= 64)).all()
+
+
+def test_shapes_follow_the_token_budget():
+    assert shape_for(16384, 2048, 1024, 64) == (16, 32)
+    assert shape_for(16384, 2048, 65536, 128) == (1, 16)
+
+
+def test_cli_cpu_run_writes_files(tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(["attention", "--out", str(out), "--device", "cpu", "--dtype", "fp32",
+                 "--impls", "standard", "--seqlens", "32", "--head-dims", "8", "--causal", "1",
+                 "--tokens", "64", "--hidden", "16", "--passes", "fwd,fwd+bwd", "--rep-ms", "1",
+                 "--warmup-ms", "0", "--no-progress"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"attention.json", "attention.md", "attention_runtime_fwd.png",
+            "attention_runtime_fwd_bwd.png"} <= names
+    assert (out / "attention_runtime_fwd.png").read_bytes()[:4] == b"\x89PNG"
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--seqlens", "12a"], "--seqlens: '12a' is not a valid int"),
+    (["--impls", "flash,nope"], "impls: 'nope' is not one of"),
+    (["--passes", "fwd,back"], "passes: 'back' is not one of"),
+    (["--hidden", "100", "--head-dims", "64"], "hidden 100 is not divisible by head dim 64"),
+    (["--causal", "2"], "causal: 2 is not one of"),
+    (["--dropout", "1.5"], "dropout_p must be in [0, 1)"),
+    (["--seqlens", "0"], "seqlens: 0 is not a positive integer"),
+])
+def test_cli_argument_errors(argv, words, capsys, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        main(["attention", "--out", str(tmp_path), "--device", "cpu", *argv])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cli_cuda_missing_is_a_clear_error(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["attention", "--out", str(tmp_path)])
+    assert "CUDA is not available; pass --device cpu" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_gpu_attention_smoke(tmp_path):
+    cfg = dict(impls=["flash", "standard", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex"],
+               seqlens=[128, 256], head_dims=[64], causal=[0, 1], tokens=1024, hidden=256,
+               device="cuda", warmup_ms=1, rep_ms=5, progress=False)
+    rows = run_attention_bench(cfg)
+    for r in rows:
+        assert r["status"] in ("ok", "unsupported"), r
+        if r["impl"] in ("standard", "sdpa_flash"):
+            assert r["status"] == "ok" and r["peak_mem_bytes"] > 0
+    write_attention_reports(rows, tmp_path, AttentionBenchConfig(**cfg))
+    assert (tmp_path / "attention_memory.png").exists()
