@@ -1,0 +1,121 @@
+"""Shared pieces of the sequence-classification DataModules (LRA tasks and long documents).
+
+Batches are dicts: `input_ids` int64 (B, L), `attention_mask` bool (B, L) (True = real token),
+`labels` int64 (B,) — float32 multi-hot (B, C) for multi-label tasks. Two-tower tasks
+(`num_towers == 2`, Retrieval) stack the towers: `input_ids`/`attention_mask` are (B, 2, L).
+After `setup()` the module exposes `vocab_size`, `seq_len`, `num_classes` (and `pad_id`,
+`num_towers`, `multi_label`; image tasks also `image_size`), the attribute names `fa_train.train`
+reads to fill model fields left null."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class MapDataset(Dataset):
+    """items[i] -> (encode(items[i]) , labels[i]); `encode` must be picklable (module-level)."""
+
+    def __init__(self, items: Sequence[Any], labels: Sequence[Any] | np.ndarray,
+                 encode: Callable[[Any], Any], index: Sequence[int] | None = None):
+        self.items, self.labels, self.encode = items, labels, encode
+        self.index = np.arange(len(labels)) if index is None else np.asarray(index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int):
+        j = int(self.index[i])
+        return self.encode(self.items[j]), self.labels[j]
+
+
+class Collator:
+    """Pads/truncates every sequence to `seq_len` and builds the batch dict."""
+
+    def __init__(self, seq_len: int, pad_id: int = 0, num_towers: int = 1, multi_label: bool = False):
+        self.seq_len, self.pad_id = seq_len, pad_id
+        self.num_towers, self.multi_label = num_towers, multi_label
+
+    def _pad(self, seqs: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = np.full((len(seqs), self.seq_len), self.pad_id, np.int64)
+        mask = np.zeros((len(seqs), self.seq_len), np.bool_)
+        for k, s in enumerate(seqs):
+            s = np.asarray(s).reshape(-1)[: self.seq_len]
+            ids[k, : len(s)] = s
+            mask[k, : len(s)] = True
+        return torch.from_numpy(ids), torch.from_numpy(mask)
+
+    def __call__(self, batch) -> dict[str, torch.Tensor]:
+        seqs, labels = zip(*batch)
+        if self.num_towers == 1:
+            ids, mask = self._pad(seqs)
+        else:
+            parts = [self._pad([s[t] for s in seqs]) for t in range(self.num_towers)]
+            ids = torch.stack([p[0] for p in parts], dim=1)
+            mask = torch.stack([p[1] for p in parts], dim=1)
+        if self.multi_label:
+            lab = torch.from_numpy(np.stack([np.asarray(x, np.float32) for x in labels]))
+        else:
+            lab = torch.as_tensor(np.asarray(labels, np.int64))
+        return {"input_ids": ids, "attention_mask": mask, "labels": lab}
+
+
+class SequenceClassificationDataModule(L.LightningDataModule):
+    """Base: subclasses implement `build()` -> {'train','val','test': Dataset} and set
+    `vocab_size`, `seq_len`, `num_classes` there."""
+
+    num_towers = 1
+    multi_label = False
+
+    def __init__(self, batch_size: int = 32, num_workers: int = 0, seed: int = 0,
+                 eval_batch_size: int | None = None, pin_memory: bool = False,
+                 drop_last: bool = False):
+        super().__init__()
+        self.batch_size = int(batch_size)
+        self.eval_batch_size = int(eval_batch_size or batch_size)
+        self.num_workers = int(num_workers)
+        self.seed = int(seed)
+        self.pin_memory = bool(pin_memory)
+        self.drop_last = bool(drop_last)
+        self.pad_id = 0
+        self.vocab_size: int | None = None
+        self.seq_len: int | None = None
+        self.num_classes: int | None = None
+        self.datasets: dict[str, Dataset] | None = None
+
+    def build(self) -> dict[str, Dataset]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets is None:
+            self.datasets = self.build()
+
+    def collator(self) -> Collator:
+        return Collator(self.seq_len, self.pad_id, self.num_towers, self.multi_label)
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        if self.datasets is None:
+            self.setup()
+        gen = torch.Generator().manual_seed(self.seed) if train else None
+        return DataLoader(self.datasets[split], batch_size=self.batch_size if train else self.eval_batch_size,
+                          shuffle=train, generator=gen, num_workers=self.num_workers,
+                          collate_fn=self.collator(), pin_memory=self.pin_memory,
+                          drop_last=self.drop_last and train,
+                          persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)
+
+
+def take(n: int | None, size: int) -> int:
+    """min(n, size), with None meaning all."""
+    return size if n is None else min(int(n), size)
