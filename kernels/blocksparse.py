@@ -14,13 +14,21 @@ from kernels.flash_attn import attention_call, check_key_padding_mask, check_qkv
 BLOCK_SIZES = (16, 32, 64, 128)
 
 
-def _csr(mask):
-    """(ptr, idx) int32 tensors listing the nonzero columns of each row of a bool matrix."""
-    counts = mask.sum(dim=1, dtype=torch.int32)
-    ptr = torch.zeros(mask.shape[0] + 1, dtype=torch.int32, device=mask.device)
-    ptr[1:] = torch.cumsum(counts, 0)
-    idx = mask.nonzero()[:, 1].to(torch.int32).contiguous()
-    return ptr, idx
+def _csr(layout, partial):
+    """CSR lists of a bool block matrix: (ptr, split, idx) int32.
+
+    Within each row the blocks that need no element mask come first; `split[r]` is where the
+    blocks needing a mask (causal diagonal, ragged last block) begin.
+    """
+    n_rows = layout.shape[0]
+    rows, cols = layout.nonzero(as_tuple=True)
+    flag = partial[rows, cols].long()
+    order = torch.argsort(rows * 2 + flag, stable=True)
+    rows, cols, flag = rows[order], cols[order], flag[order]
+    ptr = torch.zeros(n_rows + 1, dtype=torch.int64, device=layout.device)
+    ptr[1:] = torch.cumsum(torch.bincount(rows, minlength=n_rows), 0)
+    split = ptr[:-1] + torch.bincount(rows[flag == 0], minlength=n_rows)
+    return ptr.int(), split.int(), cols.int().contiguous()
 
 
 def causal_block_mask(nb_q, nb_k, block, seqlen_q, seqlen_k, device=None):
@@ -31,46 +39,81 @@ def causal_block_mask(nb_q, nb_k, block, seqlen_q, seqlen_k, device=None):
     return first_col[None, :] <= last_row[:, None] + diag
 
 
+def _blocks_needing_mask(nb_q, nb_k, block, seqlen_q, seqlen_k, causal, device):
+    """Blocks cut by the causal diagonal or by a ragged sequence end."""
+    partial = torch.zeros(nb_q, nb_k, dtype=torch.bool, device=device)
+    if seqlen_q % block:
+        partial[-1, :] = True
+    if seqlen_k % block:
+        partial[:, -1] = True
+    if causal:
+        first_row = torch.arange(nb_q, device=device) * block
+        last_col = (torch.arange(nb_k, device=device) + 1) * block - 1
+        partial |= last_col[None, :] > first_row[:, None] + (seqlen_k - seqlen_q)
+    return partial
+
+
 @dataclass
 class BlockSparseIndex:
-    """CSR lists of a block layout, ready for the kernels (build once, reuse across calls)."""
+    """CSR lists of a block layout for given sequence lengths (build once, reuse across calls)."""
 
     block: int
     shape: tuple
+    seqlens: tuple
+    causal: bool
     row_ptr: torch.Tensor
+    row_split: torch.Tensor
     col_idx: torch.Tensor
     col_ptr: torch.Tensor
+    col_split: torch.Tensor
     row_idx: torch.Tensor
     density: float
 
     @classmethod
-    def from_layout(cls, layout, block_size, device=None):
+    def from_layout(cls, layout, block_size, seqlen_q=None, seqlen_k=None, causal=False,
+                    device=None):
+        """Index of `layout` (intersected with the causal block mask when causal)."""
         if block_size not in BLOCK_SIZES:
             raise ValueError(f"block_size must be one of {BLOCK_SIZES}, got {block_size}")
         if not isinstance(layout, torch.Tensor) or layout.dim() != 2:
             raise ValueError("layout must be a 2-D (nb_q, nb_k) bool tensor")
-        layout = layout.to(device=device or layout.device, dtype=torch.bool)
-        row_ptr, col_idx = _csr(layout)
-        col_ptr, row_idx = _csr(layout.t())
+        nb_q, nb_k = layout.shape
+        seqlen_q = seqlen_q or nb_q * block_size
+        seqlen_k = seqlen_k or nb_k * block_size
+        if (triton.cdiv(seqlen_q, block_size), triton.cdiv(seqlen_k, block_size)) != (nb_q, nb_k):
+            raise ValueError(f"layout of {nb_q}x{nb_k} blocks does not fit sequence lengths "
+                             f"({seqlen_q}, {seqlen_k}) with block_size {block_size}")
+        device = device or layout.device
+        layout = layout.to(device=device, dtype=torch.bool)
+        if causal:
+            layout = layout & causal_block_mask(nb_q, nb_k, block_size, seqlen_q, seqlen_k, device)
+        partial = _blocks_needing_mask(nb_q, nb_k, block_size, seqlen_q, seqlen_k, causal, device)
+        row_lists = _csr(layout, partial)
+        col_lists = _csr(layout.t(), partial.t())
         density = float(layout.float().mean()) if layout.numel() else 0.0
-        return cls(block_size, tuple(layout.shape), row_ptr, col_idx, col_ptr, row_idx, density)
+        return cls(block_size, (nb_q, nb_k), (seqlen_q, seqlen_k), bool(causal), *row_lists,
+                   *col_lists, density)
+
+    def row_lists(self):
+        return self.row_ptr, self.row_split, self.col_idx
+
+    def col_lists(self):
+        return self.col_ptr, self.col_split, self.row_idx
 
 
 def _prepare_index(layout, block_size, causal, seqlen_q, seqlen_k, device):
-    nb = (triton.cdiv(seqlen_q, block_size), triton.cdiv(seqlen_k, block_size))
     if isinstance(layout, BlockSparseIndex):
-        if layout.block != block_size or layout.shape != nb:
-            raise ValueError(f"layout index is {layout.shape} blocks of {layout.block}; "
-                             f"expected {nb} blocks of {block_size}")
+        wanted = (block_size, (seqlen_q, seqlen_k), bool(causal))
+        if (layout.block, layout.seqlens, layout.causal) != wanted:
+            raise ValueError(f"layout index was built for (block, seqlens, causal) = "
+                             f"{(layout.block, layout.seqlens, layout.causal)}, call needs {wanted}")
         return layout
+    nb = (triton.cdiv(seqlen_q, block_size), triton.cdiv(seqlen_k, block_size))
     if not isinstance(layout, torch.Tensor) or tuple(layout.shape) != nb:
         got = tuple(layout.shape) if isinstance(layout, torch.Tensor) else type(layout).__name__
         raise ValueError(f"layout must be a bool tensor of shape (ceil(Nq/{block_size}), "
                          f"ceil(Nk/{block_size})) = {nb}, got {got}")
-    layout = layout.to(device=device, dtype=torch.bool)
-    if causal:
-        layout = layout & causal_block_mask(*nb, block_size, seqlen_q, seqlen_k, device)
-    return BlockSparseIndex.from_layout(layout, block_size)
+    return BlockSparseIndex.from_layout(layout, block_size, seqlen_q, seqlen_k, causal, device)
 
 
 def blocksparse_attn_func(q, k, v, layout, block_size=128, dropout_p=0.0, softmax_scale=None,
@@ -78,8 +121,7 @@ def blocksparse_attn_func(q, k, v, layout, block_size=128, dropout_p=0.0, softma
     """Attention restricted to the nonzero blocks of `layout`; q (B, Nq, Hq, d), k/v (B, Nk, Hkv, d).
 
     layout: (ceil(Nq/block_size), ceil(Nk/block_size)) bool tensor (shared by all batches and
-    heads), or a prebuilt BlockSparseIndex (for a causal call, build it from a layout already
-    intersected with `causal_block_mask`). Inside the nonzero blocks the usual causal and padding
+    heads), or a BlockSparseIndex prebuilt for the same sequence lengths and causal flag. Inside the nonzero blocks the usual causal and padding
     masks apply. Rows whose blocks are all zero give zero output and zero gradients.
     """
     q, k, v = check_qkv(q, k, v, 4)

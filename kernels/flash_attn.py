@@ -91,15 +91,15 @@ def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
         kv_mask = kv_mask & (cols[:, None] < seqlen_k)
     k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
-    qk = tl.dot(q, tl.trans(k)) * qk_scale
+    qk = tl.dot(q, tl.trans(k))
     qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
                      IS_CAUSAL, MASKED, HAS_KPM)
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
     if MASKED or HAS_KPM:  # a fully masked row keeps m = -inf: subtract 0 instead
         m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_new_safe = m_new
-    p = tl.math.exp2(qk - m_new_safe[:, None])
+    p = tl.math.exp2(qk * qk_scale - m_new_safe[:, None])  # one FMA per score
     alpha = tl.math.exp2(m_i - m_new_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
@@ -110,7 +110,7 @@ def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
 
 
 @triton.jit(do_not_specialize=["seed"])
-def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, COL_IDX,
+def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                 stride_vb, stride_vn, stride_vh, stride_ob, stride_on, stride_oh,
                 stride_lb, stride_lh, stride_mb,
@@ -118,7 +118,8 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, COL_IDX,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
-                SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr):
+                SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
+                WARP_SPEC: tl.constexpr):
     pid_m = tl.program_id(0)
     if REVERSE:  # causal: the longest rows first, for a better tail
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -147,8 +148,15 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, COL_IDX,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if SPARSE:
-        for idx in range(tl.load(ROW_PTR + pid_m), tl.load(ROW_PTR + pid_m + 1)):
+    if SPARSE:  # listed blocks: those needing no mask first, up to ROW_SPLIT
+        split = tl.load(ROW_SPLIT + pid_m)
+        for idx in tl.range(tl.load(ROW_PTR + pid_m), split, warp_specialize=WARP_SPEC):
+            start_n = tl.load(COL_IDX + idx) * BLOCK_N
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
+                                       False, HAS_KPM, DROPOUT)
+        for idx in range(split, tl.load(ROW_PTR + pid_m + 1)):
             start_n = tl.load(COL_IDX + idx) * BLOCK_N
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
                                        start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
@@ -156,7 +164,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, COL_IDX,
                                        True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        for start_n in range(0, full, BLOCK_N):
+        for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
                                        start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
                                        kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
@@ -227,10 +235,10 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, 
         lse = tl.load(lse_base + rows)
         delta = tl.load(delta_base + rows)
     lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
-    qkT = tl.dot(k, tl.trans(q)) * qk_scale
+    qkT = tl.dot(k, tl.trans(q))
     qkT = _score_mask(qkT, rows[None, :], offs_n[:, None], seqlen_k, diag, kpm_ptr,
                       IS_CAUSAL, MASKED, HAS_KPM)
-    pT = tl.math.exp2(qkT - lse[None, :])
+    pT = tl.math.exp2(qkT * qk_scale - lse[None, :])
     dpT = tl.dot(v, tl.trans(do))
     if DROPOUT:
         scale = 1.0 / (1.0 - dropout_p)
@@ -245,7 +253,7 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, 
 
 
 @triton.jit(do_not_specialize=["seed"])
-def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, ROW_IDX,
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, COL_SPLIT, ROW_IDX,
                      stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                      stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                      stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
@@ -255,7 +263,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
-                     SPARSE: tl.constexpr, DROPOUT: tl.constexpr):
+                     SPARSE: tl.constexpr, DROPOUT: tl.constexpr, WARP_SPEC: tl.constexpr):
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // n_heads_kv
@@ -297,7 +305,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
         lse_base = LSE + b * stride_lb + h * stride_lh + q_start
         delta_base = DELTA + b * stride_lb + h * stride_lh + q_start
         if SPARSE:
-            for idx in range(tl.load(COL_PTR + pid_n), tl.load(COL_PTR + pid_n + 1)):
+            split = tl.load(COL_SPLIT + pid_n)
+            for idx in tl.range(tl.load(COL_PTR + pid_n), split, warp_specialize=WARP_SPEC):
+                start_m = tl.load(ROW_IDX + idx) * BLOCK_M
+                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                                     dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+            for idx in range(split, tl.load(COL_PTR + pid_n + 1)):
                 start_m = tl.load(ROW_IDX + idx) * BLOCK_M
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                                      stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
@@ -309,7 +324,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
                                      stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
                                      seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                                      dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
-            for start_m in range(mid, tail, BLOCK_M):
+            for start_m in tl.range(mid, tail, BLOCK_M, warp_specialize=WARP_SPEC):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                                      stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
                                      seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
@@ -339,10 +354,10 @@ def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start
         kv_mask = kv_mask & (cols[:, None] < seqlen_k)
     k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
-    qk = tl.dot(q, tl.trans(k)) * qk_scale
+    qk = tl.dot(q, tl.trans(k))
     qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
                      IS_CAUSAL, MASKED, HAS_KPM)
-    p = tl.math.exp2(qk - lse[:, None])
+    p = tl.math.exp2(qk * qk_scale - lse[:, None])
     dp = tl.dot(do, tl.trans(v))
     if DROPOUT:
         keep = _dropout_keep(seed, bh, offs_m[:, None], cols[None, :], seqlen_k, dropout_p)
@@ -353,7 +368,7 @@ def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start
 
 
 @triton.jit(do_not_specialize=["seed"])
-def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, COL_IDX,
+def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                    stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                    stride_dqb, stride_dqn, stride_dqh, stride_lb, stride_lh, stride_mb,
@@ -361,7 +376,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, COL_ID
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
-                   SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr):
+                   SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
+                   WARP_SPEC: tl.constexpr):
     pid_m = tl.program_id(0)
     if REVERSE:
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -392,14 +408,20 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, COL_ID
     kpm_ptr = KPM + b * stride_mb
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:
-        for idx in range(tl.load(ROW_PTR + pid_m), tl.load(ROW_PTR + pid_m + 1)):
+        split = tl.load(ROW_SPLIT + pid_m)
+        for idx in tl.range(tl.load(ROW_PTR + pid_m), split, warp_specialize=WARP_SPEC):
+            start_n = tl.load(COL_IDX + idx) * BLOCK_N
+            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
+                           dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+        for idx in range(split, tl.load(ROW_PTR + pid_m + 1)):
             start_n = tl.load(COL_IDX + idx) * BLOCK_N
             dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
                            offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                            dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        for start_n in range(0, full, BLOCK_N):
+        for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
             dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
                            offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                            dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
@@ -490,7 +512,7 @@ def _forward(q, k, v, prob, config=None):
     grid = (triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
     _fwd_kernel[grid](
         q, k, v, o, lse, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-        sp.row_ptr if sp else q, sp.col_idx if sp else q,
+        *(sp.row_lists() if sp else (q, q, q)),
         *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
         *_strides(o, prob.varlen), *prob.lse_strides(lse), prob.kpm_stride,
         prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale * LOG2E,
@@ -514,13 +536,13 @@ def _backward(do, q, k, v, o, lse, prob, configs=None):
               *_strides(do, prob.varlen))
     _bwd_dkdv_kernel[(triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]), prob.batch * prob.heads_kv)](
         q, k, v, do, lse, delta, dk, dv, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-        sp.col_ptr if sp else q, sp.row_idx if sp else q,
+        *(sp.col_lists() if sp else (q, q, q)),
         *common, *_strides(dk, prob.varlen), *_strides(dv, prob.varlen), *lse_strides,
         prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group, prob.sm_scale,
         prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, **flags, **dkdv_cfg)
     _bwd_dq_kernel[(triton.cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]), prob.batch * prob.heads)](
         q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-        sp.row_ptr if sp else q, sp.col_idx if sp else q,
+        *(sp.row_lists() if sp else (q, q, q)),
         *common, *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
         prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
         prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, REVERSE=prob.causal and sp is None,

@@ -8,11 +8,12 @@ import os
 
 INTERPRETER_TILE = 32
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket
-_FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket; H100 sweep of 2026-11-22
+_FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
 _FORWARD_CAUSAL = _FORWARD
-_DKDV = {16: (64, 128, 8, 2), 32: (64, 128, 8, 2), 64: (64, 128, 8, 2), 128: (64, 128, 8, 2)}
-_DQ = {16: (128, 64, 8, 2), 32: (128, 64, 8, 2), 64: (128, 64, 8, 2), 128: (128, 64, 8, 2)}
+_DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 2)}
+_DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3)}
+_DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 
 
 def _bucket(block_d):
@@ -21,12 +22,13 @@ def _bucket(block_d):
 
 def _config(table, block_d):
     block_m, block_n, warps, stages = table[_bucket(block_d)]
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages,
+            "WARP_SPEC": False}
 
 
 def _interpreter_config():
     tile = INTERPRETER_TILE
-    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1, "WARP_SPEC": False}
 
 
 def forward_config(block_d, causal):
@@ -40,4 +42,4 @@ def backward_configs(block_d, causal):
     """Launch parameters of the dK/dV kernel and of the dQ kernel."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return _interpreter_config(), _interpreter_config()
-    return _config(_DKDV, block_d), _config(_DQ, block_d)
+    return _config(_DKDV_CAUSAL if causal else _DKDV, block_d), _config(_DQ, block_d)

@@ -66,7 +66,7 @@ def test_prebuilt_index_matches_layout_tensor():
     torch.manual_seed(2)
     layout = random_layout(4)
     q, k, v = [t.detach() for t in qkv(1, 64, 64, 2, 2, 16)]
-    index = BlockSparseIndex.from_layout(layout, 16)
+    index = BlockSparseIndex.from_layout(layout, 16, 64, 64)
     assert index.density == pytest.approx(layout.float().mean().item())
     assert torch.equal(blocksparse_attn_func(q, k, v, index, block_size=16),
                        blocksparse_attn_func(q, k, v, layout, block_size=16))
@@ -79,5 +79,5 @@ def test_bad_layouts_are_rejected():
     with pytest.raises(ValueError, match="block_size must be one of"):
         blocksparse_attn_func(q, q, q, torch.ones(3, 3, dtype=torch.bool), block_size=24)
     index = BlockSparseIndex.from_layout(torch.ones(2, 2, dtype=torch.bool), 32)
-    with pytest.raises(ValueError, match="layout index is"):
+    with pytest.raises(ValueError, match="layout index was built for"):
         blocksparse_attn_func(q, q, q, index, block_size=16)
