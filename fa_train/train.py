@@ -170,6 +170,30 @@ def _make_loader_resumable(dm, trainer, seed):
     dm.train_dataloader = train_dataloader
 
 
+def _final_checkpoint_callback_cls():
+    import lightning as L
+
+    class FinalCheckpoint(L.Callback):
+        """Saves checkpoints/last.ckpt inside the last training step (max_steps reached), where
+        Lightning's loop state still says "mid-epoch, batch k": resuming from it continues at the
+        same step and data position. (A save after fit() would record the epoch as finished.)"""
+
+        def __init__(self, path):
+            self.path, self.saved = Path(path), False
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.max_steps and trainer.max_steps > 0 and \
+                    trainer.global_step >= trainer.max_steps and not self.saved:
+                trainer.save_checkpoint(self.path)
+                self.saved = True
+
+    return FinalCheckpoint
+
+
+def _FinalCheckpoint(path):
+    return _final_checkpoint_callback_cls()(path)
+
+
 def plot_loss_curve(history, path: Path, title: str = "") -> bool:
     try:
         import matplotlib
@@ -250,6 +274,7 @@ def train(cfg) -> dict:
     history = LossHistory()
     perf = None
     trainer = None
+    fit_metrics: dict = {}
     exc_to_raise = None
     try:
         if cfg.get("threads"):
@@ -271,6 +296,8 @@ def train(cfg) -> dict:
             perf = PerfMonitor()
             callbacks.append(perf)
         callbacks.append(history)
+        final_ckpt = _FinalCheckpoint(ckpt_dir / "last.ckpt")
+        callbacks.append(final_ckpt)
         loggers = [instantiate(c, _convert_="all")
                    for c in (cfg.get("logger") or {}).values() if c is not None]
 
@@ -311,8 +338,10 @@ def train(cfg) -> dict:
                   f"precision={metrics['precision']} output_dir={out_dir}")
 
         trainer.fit(task, datamodule=dm, ckpt_path=ckpt_path)
-        trainer.save_checkpoint(ckpt_dir / "last.ckpt")
+        if not final_ckpt.saved:  # epoch-based end (or stopped early): save after fit
+            trainer.save_checkpoint(ckpt_dir / "last.ckpt")
         metrics["checkpoint"] = str(ckpt_dir / "last.ckpt")
+        fit_metrics.update(trainer.callback_metrics)
         if cfg.get("run_test") and _has_loader(dm, "test_dataloader"):
             trainer.test(task, datamodule=dm, verbose=False)
         metrics["status"] = "ok"
@@ -332,7 +361,7 @@ def train(cfg) -> dict:
         if trainer is not None:
             metrics["global_step"] = trainer.global_step
             metrics["epoch"] = trainer.current_epoch
-            for k, v in trainer.callback_metrics.items():
+            for k, v in {**fit_metrics, **trainer.callback_metrics}.items():
                 if k.startswith("perf/"):  # the PerfMonitor summary below has them unprefixed
                     continue
                 s = _scalar(v)
@@ -401,10 +430,36 @@ def _hydra_task(cfg):
     return metrics.get(cfg.get("optimized_metric") or "val/loss")
 
 
+def group_choices(group: str) -> list[str]:
+    """Options of a config group (recursive: experiment choices look like 'gpt2/small-flash')."""
+    d = CONFIG_DIR / group
+    return sorted(str(p.relative_to(d).with_suffix("")) for p in d.rglob("*.yaml"))
+
+
+def check_group_overrides(argv) -> None:
+    """Fail fast on `group=NAME` with an unknown NAME, listing every valid choice (Hydra's own
+    message lists only the top level of nested groups such as experiment/)."""
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, val = arg.split("=", 1)
+        key = key.lstrip("+~")
+        if not key or key.startswith("hydra") or "." in key or not (CONFIG_DIR / key).is_dir():
+            continue
+        choices = group_choices(key)
+        for v in val.split(","):  # multirun sweeps: a,b,c
+            v = v.strip()
+            if not v or v == "null" or "(" in v or v in choices:
+                continue
+            raise SystemExit(f"fa-train: unknown {key} {v!r}; valid choices for {key}=:\n  "
+                             + "\n  ".join(choices))
+
+
 def main():
     """Console script ``fa-train``: Hydra over the repository's configs/, from any cwd."""
     import hydra
     os.environ.setdefault("FA_TRAIN_ROOT", str(REPO_ROOT))
+    check_group_overrides(sys.argv[1:])
     hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_hydra_task)()
 
 

@@ -65,18 +65,17 @@ class ResumableLoader:
                 and type(loader.sampler).__name__ in ("RandomSampler", "SequentialSampler"))
 
     def _position(self):
-        """(epoch, batches already consumed in it) from the trainer's restored loop state."""
+        """(epoch, batches already consumed in it), from the trainer's optimizer-step count:
+        consumed = global_step x accumulate_grad_batches. Lightning restores global_step from a
+        checkpoint before it asks for the iterator, so a resumed run picks up at the same batch."""
         t = self.trainer
         if t is None:
             return self._epoch, 0
-        epoch = t.current_epoch
-        skip = 0
-        loop = t.fit_loop
-        if loop.restarting or getattr(loop, "_restarting", False):
-            skip = loop.epoch_loop.batch_progress.current.ready
-            if skip >= self._n_batches(0):
-                skip = 0
-        return epoch, skip
+        n = len(self)
+        if n <= 0:
+            return 0, 0
+        consumed = int(t.global_step) * int(t.accumulate_grad_batches or 1)
+        return consumed // n, consumed % n
 
     def _n_batches(self, start):
         per_rank = _EpochSampler(len(self.dataset), False, 0, self.rank, self.world_size,

@@ -1,0 +1,109 @@
+"""Tiny random datamodules with the real batch formats, for tests and smoke runs without data.
+
+They accept (and ignore) any extra keyword, so a real data config can be retargeted:
+``data._target_=fa_train.utils.fake_data.FakeClassificationDataModule``.
+Batch formats are those of fa_train.data: LM {"input_ids", "labels"}; MLM {"input_ids",
+"attention_mask", "token_type_ids", "labels" (-100 = not masked), "next_sentence_label"};
+classification {"input_ids" (B, N) or (B, 2, N), "attention_mask", "labels" (B,) or multi-hot (B, C)}.
+"""
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class _Tensors(Dataset):
+    def __init__(self, **tensors):
+        self.tensors = tensors
+        self.n = len(next(iter(tensors.values())))
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {k: v[i] for k, v in self.tensors.items()}
+
+
+class _FakeBase(L.LightningDataModule):
+    def __init__(self, batch_size=4, seq_len=32, vocab_size=64, n_train=64, n_val=16, n_test=16,
+                 seed=0, num_workers=0, **_ignored):
+        super().__init__()
+        self.batch_size, self.seq_len, self.vocab_size = int(batch_size), int(seq_len), int(vocab_size)
+        self.n = {"train": int(n_train), "val": int(n_val), "test": int(n_test)}
+        self.seed = int(seed)
+        self.datasets = None
+
+    def make(self, n, g):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def setup(self, stage=None):
+        if self.datasets is None:
+            g = torch.Generator().manual_seed(self.seed)
+            self.datasets = {k: self.make(n, g) for k, n in self.n.items()}
+
+    def _loader(self, split, shuffle):
+        self.setup()
+        g = torch.Generator().manual_seed(self.seed)
+        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle,
+                          generator=g if shuffle else None, drop_last=shuffle)
+
+    def train_dataloader(self):
+        return self._loader("train", True)
+
+    def val_dataloader(self):
+        return self._loader("val", False)
+
+    def test_dataloader(self):
+        return self._loader("test", False)
+
+
+class FakeLMDataModule(_FakeBase):
+    """Learnable toy LM data: each sequence counts up modulo vocab_size from a random start."""
+
+    def make(self, n, g):
+        start = torch.randint(0, self.vocab_size, (n, 1), generator=g)
+        seq = (start + torch.arange(self.seq_len + 1)) % self.vocab_size
+        return _Tensors(input_ids=seq[:, :-1].clone(), labels=seq[:, 1:].clone())
+
+
+class FakeMLMDataModule(_FakeBase):
+    def __init__(self, nsp=True, **kw):
+        super().__init__(**kw)
+        self.nsp = nsp
+        self.pad_token_id = 0
+
+    def make(self, n, g):
+        ids = torch.randint(5, self.vocab_size, (n, self.seq_len), generator=g)
+        lengths = torch.randint(self.seq_len // 2, self.seq_len + 1, (n,), generator=g)
+        mask = torch.arange(self.seq_len)[None] < lengths[:, None]
+        ids = ids.masked_fill(~mask, 0)
+        masked = (torch.rand(n, self.seq_len, generator=g) < 0.15) & mask
+        masked[:, 1] = True
+        labels = torch.where(masked, ids, torch.full_like(ids, -100))
+        ids = ids.masked_fill(masked, 4)
+        types = (torch.arange(self.seq_len)[None] >= lengths[:, None] // 2).long() * mask
+        return _Tensors(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels,
+                        next_sentence_label=torch.randint(0, 2, (n,), generator=g))
+
+
+class FakeClassificationDataModule(_FakeBase):
+    """Label = whether token 1 appears in the first half (learnable); optional two towers and
+    multi-label (labels multi-hot over num_classes)."""
+
+    def __init__(self, num_classes=2, num_towers=1, multilabel=False, **kw):
+        super().__init__(**kw)
+        self.num_classes, self.num_towers, self.multilabel = int(num_classes), int(num_towers), bool(multilabel)
+        self.pad_id = 0
+
+    def make(self, n, g):
+        shape = (n, self.num_towers, self.seq_len) if self.num_towers > 1 else (n, self.seq_len)
+        ids = torch.randint(1, self.vocab_size, shape, generator=g)
+        lengths = torch.randint(self.seq_len // 2, self.seq_len + 1, shape[:-1], generator=g)
+        mask = torch.arange(self.seq_len) < lengths[..., None]
+        ids = ids.masked_fill(~mask, 0)
+        if self.multilabel:
+            labels = (torch.rand(n, self.num_classes, generator=g) < 0.3).float()
+        else:
+            labels = torch.randint(0, self.num_classes, (n,), generator=g)
+        return _Tensors(input_ids=ids, attention_mask=mask, labels=labels)

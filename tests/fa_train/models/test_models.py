@@ -1,0 +1,142 @@
+"""Models: shapes, presets, and 'switching attention changes nothing else'."""
+import os
+
+import pytest
+import torch
+
+from fa_train.models import (GPT, BertForPreTraining, LongDocClassifier, LRAClassifier,
+                             load_with_position_interpolation, resize_position_table)
+from fa_train.models.gpt import GPT2_PRESETS
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
+try:
+    from kernels import blocksparse_attn_func, flash_attn_func  # noqa: F401
+    HAS_KERNELS = True
+except ImportError:
+    HAS_KERNELS = False
+needs_kernels = pytest.mark.skipif(not (HAS_KERNELS and INTERPRET),
+                                   reason="kernels.flash_attn_func not importable or no CUDA/TRITON_INTERPRET")
+
+
+def _swap_attention(model, impl, **bs):
+    from fa_train.attention import build_attention
+    new = build_attention({"impl": impl, **bs})
+    for m in model.modules():
+        if hasattr(m, "attention"):
+            m.attention = new
+    return model
+
+
+def test_gpt2_small_has_124m_parameters():
+    with torch.device("meta"):
+        m = GPT(preset="gpt2-small", vocab_size=50257, max_seq_len=1024, attention="sdpa")
+    assert abs(m.num_params() - 124.4e6) < 0.5e6
+    assert m.lm_head.weight is m.wte.weight
+    assert set(GPT2_PRESETS) == {"gpt2-small", "gpt2-medium", "gpt2-large"}
+
+
+@pytest.mark.parametrize("preset,expected", [("gpt2-medium", 354.8e6), ("gpt2-large", 774.0e6)])
+def test_gpt2_preset_sizes(preset, expected):
+    with torch.device("meta"):
+        m = GPT(preset=preset, vocab_size=50257, max_seq_len=1024, attention="sdpa")
+    assert abs(m.num_params() - expected) / expected < 0.01
+
+
+def test_gpt_standard_equals_sdpa_and_checkpointing():
+    torch.manual_seed(0)
+    m = GPT(vocab_size=97, max_seq_len=32, n_layer=2, n_head=2, d_model=32, dropout=0.0,
+            attention="standard").eval()
+    idx = torch.randint(0, 97, (2, 32))
+    a = m(idx)
+    b = _swap_attention(m, "sdpa")(idx)
+    assert a.shape == (2, 32, 97)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    m.config.activation_checkpointing = True
+    m.train()
+    m(idx).sum().backward()
+    assert m.wte.weight.grad is not None
+    with pytest.raises(ValueError, match="max_seq_len"):
+        m(torch.zeros(1, 33, dtype=torch.long))
+
+
+def _bert():
+    torch.manual_seed(0)
+    return BertForPreTraining(vocab_size=50, max_seq_len=16, n_layer=2, n_head=2, d_model=32,
+                              d_ff=64, dropout=0.0, attn_dropout=0.0, nsp=True,
+                              attention="standard").eval()
+
+
+def test_bert_padded_unpadded_and_impls_agree():
+    m = _bert()
+    ids = torch.randint(0, 50, (3, 16))
+    mask = torch.arange(16)[None] < torch.tensor([16, 9, 4])[:, None]
+    logits, nsp = m(ids, mask)
+    assert logits.shape == (3, 16, 50) and nsp.shape == (3, 2)
+    m.config.unpad = True  # packed path (varlen emulated by padding for non-flash impls)
+    lu, _ = m(ids, mask)
+    torch.testing.assert_close(lu[mask], logits[mask], atol=1e-5, rtol=1e-5)
+    m.config.unpad = "auto"
+    ls, _ = _swap_attention(m, "sdpa")(ids, mask)
+    torch.testing.assert_close(ls[mask], logits[mask], atol=1e-5, rtol=1e-5)
+
+
+def _lra(**kw):
+    torch.manual_seed(0)
+    base = dict(num_classes=3, vocab_size=20, max_seq_len=64, n_layer=2, n_head=2, d_model=32,
+                d_ff=64, dropout=0.0, attn_dropout=0.0, attention="standard")
+    base.update(kw)
+    return LRAClassifier(**base).eval()
+
+
+@pytest.mark.parametrize("kw", [dict(pool="cls"), dict(pool="mean", pos_emb="sinusoidal"),
+                                dict(input_type="pixel", image_size=8),
+                                dict(num_towers=2)])
+def test_lra_classifier_variants_and_impls_agree(kw):
+    m = _lra(**kw)
+    shape = (2, 2, 64) if kw.get("num_towers") == 2 else (2, 64)
+    ids = torch.randint(1, 20, shape)
+    mask = torch.ones(shape, dtype=torch.bool)
+    mask[..., 40:] = False
+    out = m(ids, mask)
+    assert out.shape == (2, 3)
+    torch.testing.assert_close(_swap_attention(m, "sdpa")(ids, mask), out, atol=1e-5, rtol=1e-5)
+
+
+def test_position_table_interpolation_for_path_transfer():
+    src = _lra(max_seq_len=16, image_size=4)
+    dst = _lra(max_seq_len=64, image_size=8)
+    sd = src.state_dict()
+    load_with_position_interpolation(dst, sd)
+    torch.testing.assert_close(dst.cls_pos, src.cls_pos)
+    assert dst.pos_table.shape == (64, 32)
+    const = torch.ones(16, 5)
+    torch.testing.assert_close(resize_position_table(const, 8), torch.ones(64, 5))
+
+
+def test_longdoc_repeats_position_table():
+    m = LongDocClassifier(num_classes=5, vocab_size=30, max_seq_len=40, n_layer=1, n_head=2,
+                          d_model=16, d_ff=32, position_repeat_base=16, attention="sdpa").eval()
+    assert m.config.multi_label and not m.config.prenorm
+    torch.testing.assert_close(m.pos_table[16:32], m.pos_table[:16])
+    out = m(torch.randint(0, 30, (2, 40)), torch.ones(2, 40, dtype=torch.bool))
+    assert out.shape == (2, 5)
+
+
+@needs_kernels
+def test_flash_and_blocksparse_models_match_standard_under_interpreter():
+    torch.manual_seed(0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    g = GPT(vocab_size=31, max_seq_len=32, n_layer=1, n_head=2, d_model=32, dropout=0.0,
+            attention="standard").to(dev).eval()
+    idx = torch.randint(0, 31, (2, 32), device=dev)
+    ref = g(idx)
+    torch.testing.assert_close(_swap_attention(g, "flash")(idx), ref, atol=2e-3, rtol=2e-3)
+    # a dense block-sparse layout (one block group) is exact attention
+    dense = _swap_attention(g, "blocksparse", block_size=16, global_size=2)(idx)
+    torch.testing.assert_close(dense, ref, atol=2e-3, rtol=2e-3)
+    b = _bert().to(dev)
+    ids = torch.randint(0, 50, (2, 16), device=dev)
+    mask = torch.arange(16, device=dev)[None] < torch.tensor([16, 7], device=dev)[:, None]
+    ref, _ = b(ids, mask)
+    out, _ = _swap_attention(b, "flash")(ids, mask)  # unpadded varlen path
+    torch.testing.assert_close(out[mask], ref[mask], atol=2e-3, rtol=2e-3)

@@ -1,0 +1,88 @@
+"""Tasks: schedules, optimizers, and a few real optimization steps on CPU."""
+import math
+
+import lightning as L
+import pytest
+import torch
+
+from fa_train.models import GPT, BertForPreTraining, LRAClassifier
+from fa_train.tasks import ClassificationTask, LanguageModelingTask, MaskedLMTask
+from fa_train.tasks.optim import Lamb, build_optimizer, lr_multiplier
+from fa_train.utils.fake_data import (FakeClassificationDataModule, FakeLMDataModule,
+                                      FakeMLMDataModule)
+
+
+def test_rsqrt_is_the_lra_form():
+    w = 1000
+    for step in (1, 10, 999, 1000, 4000):
+        expect = min(1.0, step / w) / math.sqrt(max(step, w))
+        assert lr_multiplier(step, "rsqrt", warmup_steps=w) == pytest.approx(expect)
+
+
+def test_cosine_and_linear_warmup_and_decay():
+    assert lr_multiplier(0, "cosine", 10, 110) == pytest.approx(0.1)
+    assert lr_multiplier(9, "cosine", 10, 110) == pytest.approx(1.0)
+    assert lr_multiplier(60, "cosine", 10, 110) == pytest.approx(0.5)
+    assert lr_multiplier(110, "cosine", 10, 110, min_lr_ratio=0.1) == pytest.approx(0.1)
+    assert lr_multiplier(60, "linear", 10, 110) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="valid choices"):
+        lr_multiplier(0, "exp")
+
+
+def test_optimizers():
+    p = torch.nn.Parameter(torch.ones(4, 4))
+    p.grad = torch.ones(4, 4)
+    opt = build_optimizer([p], name="lamb", lr=0.1, weight_decay=0.01)
+    assert isinstance(opt, Lamb)
+    opt.step()
+    assert (p < 1).all()
+    assert isinstance(build_optimizer([p], name="adamw", fused=False), torch.optim.AdamW)
+    with pytest.raises(ValueError, match="valid choices"):
+        build_optimizer([p], name="sgdx")
+
+
+def _fit(task, dm, steps=30, **kw):
+    trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=2, val_check_interval=steps, **kw)
+    trainer.fit(task, datamodule=dm)
+    return trainer
+
+
+def test_lm_task_learns_and_logs_ppl():
+    torch.manual_seed(0)
+    dm = FakeLMDataModule(batch_size=8, seq_len=16, vocab_size=32, n_train=256)
+    model = GPT(vocab_size=32, max_seq_len=16, n_layer=1, n_head=2, d_model=32, dropout=0.0,
+                attention="sdpa")
+    task = LanguageModelingTask(model, optimizer={"name": "adamw", "lr": 1e-2},
+                                scheduler={"name": "cosine", "warmup_steps": 5})
+    t = _fit(task, dm, steps=30)
+    m = t.callback_metrics
+    assert m["val/ppl"] == pytest.approx(math.exp(float(m["val/loss"])), rel=1e-4)
+    assert float(m["val/loss"]) < math.log(32) * 0.8
+    assert task.tokens_seen == 30 * 8 * 16
+
+
+def test_mlm_task_masked_accuracy():
+    dm = FakeMLMDataModule(batch_size=4, seq_len=16, vocab_size=40)
+    model = BertForPreTraining(vocab_size=40, max_seq_len=16, n_layer=1, n_head=2, d_model=32,
+                               d_ff=64, nsp=True, attention="sdpa")
+    task = MaskedLMTask(model, optimizer={"name": "lamb", "lr": 1e-3})
+    t = _fit(task, dm, steps=3)
+    assert 0.0 <= float(t.callback_metrics["val/mlm_acc"]) <= 1.0
+
+
+@pytest.mark.parametrize("towers,multilabel", [(1, False), (2, False), (1, True)])
+def test_classification_tasks(towers, multilabel):
+    dm = FakeClassificationDataModule(batch_size=4, seq_len=16, vocab_size=20, num_classes=4,
+                                      num_towers=towers, multilabel=multilabel)
+    model = LRAClassifier(num_classes=4, vocab_size=20, max_seq_len=16, n_layer=1, n_head=2,
+                          d_model=16, d_ff=32, num_towers=towers, multi_label=multilabel,
+                          attention="standard")
+    task = ClassificationTask(model, optimizer={"name": "adamw", "lr": 1e-3},
+                              scheduler={"name": "rsqrt", "warmup_steps": 2})
+    t = _fit(task, dm, steps=3, accumulate_grad_batches=2)
+    m = t.callback_metrics
+    assert "val/acc" in m
+    if multilabel:
+        assert task.multi_label and "val/micro_f1" in m

@@ -1,0 +1,199 @@
+"""train(): outputs, metrics.json, failure/OOM handling, exact resume, one CPU step per family."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from fa_train.train import CONFIG_DIR, REPO_ROOT, train
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
+try:
+    from kernels import flash_attn_func  # noqa: F401
+    HAS_FLASH = True
+except ImportError:
+    HAS_FLASH = False
+
+CPU = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.precision=32-true",
+       "trainer.strategy=auto", "callbacks.progress=null", "trainer.log_every_n_steps=1"]
+TINY_CLS = ["model.n_layer=1", "model.d_model=16", "model.n_head=2", "model.d_ff=32"]
+FAKE = "fa_train.utils.fake_data."
+
+
+def make_cfg(tmp_path, experiment, overrides=(), data=None, steps=1):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"experiment={experiment}", f"paths.output_dir={tmp_path / 'run'}",
+            f"paths.log_dir={tmp_path}", f"trainer.max_steps={steps}",
+            f"trainer.val_check_interval={steps}", "trainer.check_val_every_n_epoch=null",
+            "trainer.limit_val_batches=2", "trainer.limit_test_batches=2", *CPU, *overrides])
+    if data is not None:
+        with open_dict(cfg):
+            cfg.data = OmegaConf.create(data)
+    return cfg
+
+
+def check_outputs(m, tmp_path):
+    out = Path(m["output_dir"])
+    assert m["status"] == "ok", m.get("error")
+    for name in ("config.yaml", "metrics.json", "metrics.csv", "checkpoints/last.ckpt",
+                 "loss_curve.png"):
+        assert (out / name).exists(), name
+    on_disk = json.loads((out / "metrics.json").read_text())
+    for key in ("status", "global_step", "wall_time_s", "tokens_per_sec_per_device", "mfu",
+                "peak_memory_gib", "attention", "n_params", "loss_start", "loss_end"):
+        assert key in on_disk, key
+    return on_disk
+
+
+def test_default_job_real_data_short(tmp_path):
+    """The default job itself (real LMDataModule on the offline corpus), cut to a few steps."""
+    cfg = make_cfg(tmp_path, "default", ["data.seq_len=64", "data.batch_size=4"], steps=4)
+    m = check_outputs(train(cfg), tmp_path)
+    assert m["attention"] == ("flash" if torch.cuda.is_available() else "sdpa")
+    assert m["global_step"] == 4 and "val/loss" in m and "val/ppl" in m
+    assert m["tokens_per_sec_per_device"] > 0
+
+
+def fake_lm(**kw):
+    return {"_target_": FAKE + "FakeLMDataModule", "batch_size": 4, "seq_len": 32,
+            "vocab_size": 64, "n_train": 64, **kw}
+
+
+def test_exact_resume_same_step_same_data(tmp_path):
+    base = ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.seq_len=32",
+            "trainer.val_check_interval=100", "callbacks.checkpoint.every_n_train_steps=3"]
+    straight = train(make_cfg(tmp_path / "a", "default", base, data=fake_lm(n_train=24), steps=9))
+    first = train(make_cfg(tmp_path / "b", "default", base, data=fake_lm(n_train=24), steps=5))
+    resumed = train(make_cfg(tmp_path / "c", "default",
+                             base + [f"resume={first['output_dir']}"], data=fake_lm(n_train=24),
+                             steps=9))
+    assert resumed["resumed_from"].endswith("last.ckpt") and resumed["global_step"] == 9
+    sa = torch.load(straight["checkpoint"], weights_only=False)["state_dict"]
+    sc = torch.load(resumed["checkpoint"], weights_only=False)["state_dict"]
+    for k in sa:
+        torch.testing.assert_close(sa[k], sc[k], rtol=0, atol=0, msg=k)
+
+
+def test_resume_auto_finds_latest(tmp_path):
+    from fa_train.train import find_resume_checkpoint
+    out = tmp_path / "exp" / "new"
+    assert find_resume_checkpoint("auto", out) is None
+    ck = tmp_path / "exp" / "old" / "checkpoints" / "last.ckpt"
+    ck.parent.mkdir(parents=True)
+    ck.write_bytes(b"x")
+    assert find_resume_checkpoint("auto", out) == str(ck)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        find_resume_checkpoint(str(tmp_path / "nope"), out)
+
+
+def test_failure_is_recorded_then_raised(tmp_path):
+    cfg = make_cfg(tmp_path, "default", ["model.n_head=3"], data=fake_lm())
+    with pytest.raises(Exception):
+        train(cfg)
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "failed" and "divisible" in m["error"]
+
+
+def test_oom_is_recorded_not_raised(tmp_path, monkeypatch):
+    from fa_train.tasks import LanguageModelingTask
+
+    def boom(self, batch, stage):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")
+    monkeypatch.setattr(LanguageModelingTask, "step", boom)
+    m = train(make_cfg(tmp_path, "default", [], data=fake_lm()))
+    assert m["status"] == "oom" and "out of memory" in m["error"]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "oom"
+
+
+def test_global_batch_size_sets_accumulation(tmp_path):
+    m = train(make_cfg(tmp_path, "default", ["global_batch_size=8", "model.n_layer=1"],
+                       data=fake_lm(), steps=2))
+    assert m["accumulate_grad_batches"] == 2 and m["global_batch_size"] == 8
+
+
+# ---- one CPU run per experiment family, tiny shapes ------------------------------------------
+@pytest.mark.skipif(not (HAS_FLASH and INTERPRET), reason="kernels.flash_attn_func not importable")
+def test_gpt2_family_one_step_flash_interpreted(tmp_path):
+    cfg = make_cfg(tmp_path, "gpt2/small-flash", [
+        "model.n_layer=1", "model.d_model=32", "model.n_head=2", "global_batch_size=null"],
+        data=fake_lm(batch_size=2, seq_len=32))
+    m = check_outputs(train(cfg), tmp_path)
+    assert m["attention"] == "flash" and m["experiment"] == "gpt2/small-flash"
+
+
+def test_gpt2_family_one_step_sdpa(tmp_path):
+    cfg = make_cfg(tmp_path, "gpt2/medium-sdpa", [
+        "model.n_layer=1", "model.d_model=32", "model.n_head=2", "global_batch_size=null"],
+        data=fake_lm(batch_size=2, seq_len=32))
+    check_outputs(train(cfg), tmp_path)
+
+
+def test_bert_family_one_step(tmp_path):
+    cfg = make_cfg(tmp_path, "bert/large-standard", [
+        "model.n_layer=1", "model.d_model=32", "model.n_head=2", "model.d_ff=64",
+        "global_batch_size=null", "task.scheduler.warmup_steps=0"],
+        data={"_target_": FAKE + "FakeMLMDataModule", "batch_size": 4, "seq_len": 32,
+              "vocab_size": 50})
+    m = check_outputs(train(cfg), tmp_path)
+    assert "val/mlm_acc" in m
+
+
+@pytest.mark.parametrize("experiment,data", [
+    ("lra/listops-standard", {"num_classes": 10}),
+    ("lra/retrieval-standard", {"num_towers": 2}),
+    ("lra/pathfinder32-standard", {"vocab_size": 256}),
+])
+def test_lra_family_one_step(tmp_path, experiment, data):
+    cfg = make_cfg(tmp_path, experiment, TINY_CLS, data={
+        "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 32,
+        "vocab_size": 20, **data})
+    m = check_outputs(train(cfg), tmp_path)
+    assert "test/acc" in m  # LRA runs evaluate the test split
+
+
+def test_longdoc_family_one_step(tmp_path):
+    cfg = make_cfg(tmp_path, "longdoc/mimic-flash", TINY_CLS + [
+        "attention=sdpa", "model.position_repeat_base=16"], data={
+        "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 48,
+        "vocab_size": 30, "num_classes": 6, "multilabel": True})
+    m = check_outputs(train(cfg), tmp_path)
+    assert "val/micro_f1" in m and "test/micro_f1" in m
+
+
+# ---- the command line ------------------------------------------------------------------------
+def _fa_train():
+    exe = Path(sys.executable).with_name("fa-train")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "fa_train.train"]
+
+
+def test_multirun_from_the_command_line(tmp_path):
+    cmd = _fa_train() + ["-m", "data.seq_len=16,32", "trainer.max_steps=2",
+                         f"paths.log_dir={tmp_path}", f"data._target_={FAKE}FakeLMDataModule",
+                         "model.n_layer=1", "model.d_model=16", "model.n_head=2",
+                         "trainer.val_check_interval=2", "trainer.limit_val_batches=1", *CPU]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    runs = sorted((tmp_path / "default").glob("multirun_*/*/metrics.json"))
+    assert len(runs) == 2
+    lens = sorted(json.loads(p.read_text())["seq_len"] for p in runs)
+    assert lens == [16, 32]
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes_gloo(tmp_path):
+    cmd = _fa_train() + ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                         "trainer.precision=32-true", "trainer.max_steps=3",
+                         f"paths.log_dir={tmp_path}", f"data._target_={FAKE}FakeLMDataModule",
+                         "model.n_layer=1", "model.d_model=16", "model.n_head=2",
+                         "trainer.val_check_interval=3", "trainer.limit_val_batches=1",
+                         "callbacks.progress=null"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (m,) = [json.loads(p.read_text()) for p in (tmp_path / "default").glob("*/metrics.json")]
+    assert m["status"] == "ok" and m["devices"] == 2 and m["global_step"] == 3
