@@ -60,13 +60,19 @@ def is_oom(exc: BaseException) -> bool:
         "out of memory" in str(exc).lower() or isinstance(exc, MemoryError))
 
 
+PRECISION_ALIASES = {"fp16-mixed": "16-mixed", "fp16": "16-mixed", "bf16": "bf16-mixed",
+                     "fp32": "32-true", "32": "32-true", 32: "32-true", 16: "16-mixed"}
+
+
 def resolve_precision(precision):
+    """auto -> bf16-mixed on a bf16-capable CUDA GPU, else 32-true; fp16-mixed -> 16-mixed
+    (fp16 autocast with dynamic loss scaling); other Lightning values pass through."""
     import torch
     if precision in (None, "auto"):
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
             return "bf16-mixed"
         return "32-true"
-    return precision
+    return PRECISION_ALIASES.get(precision, precision)
 
 
 def find_resume_checkpoint(resume, output_dir: Path) -> str | None:
@@ -369,6 +375,9 @@ def train(cfg) -> dict:
                     metrics[k] = s
         if perf is not None:
             metrics.update(perf.summary)
+        if metrics.get("attention") == "blocksparse":
+            from fa_train.attention.dispatch import LAYOUT_STATS
+            metrics.update(LAYOUT_STATS)
         metrics.setdefault("tokens_per_sec_per_device", None)
         metrics.setdefault("mfu", None)
         metrics.setdefault("peak_memory_gib", None)

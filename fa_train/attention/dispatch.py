@@ -193,6 +193,7 @@ class BlocksparseConfig:
 
 
 _LAYOUT_CACHE: dict[tuple, torch.Tensor] = {}
+LAYOUT_STATS: dict[str, Any] = {}  # the last layout built: seqlen, block size, density (for metrics)
 
 
 def build_layout(seqlen: int, device, cfg: BlocksparseConfig, causal: bool = False) -> torch.Tensor:
@@ -213,7 +214,28 @@ def build_layout(seqlen: int, device, cfg: BlocksparseConfig, causal: bool = Fal
         layout = kl.causal_layout(layout)
     layout = layout.to(device)
     _LAYOUT_CACHE[key] = layout
+    LAYOUT_STATS.update(blocksparse_seqlen=seqlen, blocksparse_block_size=cfg.block_size,
+                        blocksparse_density=layout_density(layout), blocksparse_causal=causal)
     return layout
+
+
+_INDEX_CACHE: dict[tuple, Any] = {}
+
+
+def build_index(seqlen: int, device, cfg: BlocksparseConfig, causal: bool = False):
+    """The kernel's prebuilt block lists (kernels.BlockSparseIndex) for the layout, cached per
+    (seqlen, device, config, causal) so they are built once, not at every call."""
+    key = (seqlen, str(device), cfg.block_size, cfg.butterfly_size, cfg.n_factors,
+           cfg.global_size, cfg.local_window, causal)
+    index = _INDEX_CACHE.get(key)
+    if index is None:
+        layout = build_layout(seqlen, device, cfg, causal)
+        index_cls = getattr(__import__("kernels"), "BlockSparseIndex", None)
+        if index_cls is None:
+            return layout
+        index = index_cls.from_layout(layout, cfg.block_size, seqlen, seqlen, causal, device)
+        _INDEX_CACHE[key] = index
+    return index
 
 
 def layout_density(layout: torch.Tensor) -> float:
@@ -231,7 +253,7 @@ def blocksparse_attention(q, k, v, causal=False, dropout_p=0.0, key_padding_mask
     _check_triton_device(q, "blocksparse")
     cfg = blocksparse or BlocksparseConfig()
     func = _kernels("blocksparse_attn_func")
-    layout = build_layout(q.shape[1], q.device, cfg, causal=causal)
+    layout = build_index(q.shape[1], q.device, cfg, causal=causal)
     return func(q, k, v, layout, block_size=cfg.block_size, dropout_p=dropout_p,
                 softmax_scale=softmax_scale, causal=causal, key_padding_mask=key_padding_mask)
 

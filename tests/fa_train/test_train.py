@@ -128,10 +128,11 @@ def test_gpt2_family_one_step_flash_interpreted(tmp_path):
 
 
 def test_gpt2_family_one_step_sdpa(tmp_path):
-    cfg = make_cfg(tmp_path, "gpt2/medium-sdpa", [
+    cfg = make_cfg(tmp_path, "gpt2/medium-sdpa", ["logger=tensorboard",
         "model.n_layer=1", "model.d_model=32", "model.n_head=2", "global_batch_size=null"],
         data=fake_lm(batch_size=2, seq_len=32))
     check_outputs(train(cfg), tmp_path)
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents*"))
 
 
 def test_bert_family_one_step(tmp_path):
@@ -155,6 +156,27 @@ def test_lra_family_one_step(tmp_path, experiment, data):
         "vocab_size": 20, **data})
     m = check_outputs(train(cfg), tmp_path)
     assert "test/acc" in m  # LRA runs evaluate the test split
+
+
+def test_lra_listops_real_generator_one_step(tmp_path):
+    """The real ListOps datamodule (generated, small n) through the real experiment config."""
+    cfg = make_cfg(tmp_path, "lra/listops-standard", TINY_CLS + [
+        "data.n_train=16", "data.n_val=4", "data.n_test=4", "data.gen_workers=1",
+        "data.num_workers=0", "data.batch_size=4", f"paths.cache_dir={tmp_path / 'cache'}"])
+    m = check_outputs(train(cfg), tmp_path)
+    assert m["global_step"] == 1 and "test/acc" in m
+
+
+@pytest.mark.skipif(not (HAS_FLASH and INTERPRET), reason="kernels.flash_attn_func not importable")
+def test_lra_blocksparse_one_step_reports_density(tmp_path):
+    cfg = make_cfg(tmp_path, "lra/pathfinder32-blocksparse", TINY_CLS + [
+        "attention.block_size=16", "attention.global_size=0", "attention.butterfly_size=2"], data={
+        "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 2, "seq_len": 63,
+        "vocab_size": 256})
+    m = check_outputs(train(cfg), tmp_path)
+    assert m["attention"] == "blocksparse"
+    assert m["blocksparse_seqlen"] == 63  # 63 tokens (mean pooling: no CLS)
+    assert 0 < m["blocksparse_density"] < 1
 
 
 def test_longdoc_family_one_step(tmp_path):
