@@ -80,11 +80,10 @@ def _blocksparse_call(func, layout, block, causal, seqlen):
         raise NotImplementedError("kernels.blocksparse_attn_func takes no causal argument")
     index = getattr(kernels, "BlockSparseIndex", None)
     if index is not None and hasattr(index, "from_layout"):
-        if causal and hasattr(kernels, "causal_block_mask"):
-            nb = layout.shape[0]
-            layout = layout & kernels.causal_block_mask(nb, nb, block, seqlen, seqlen,
-                                                        layout.device)
-        layout = index.from_layout(layout, block)
+        build_params = inspect.signature(index.from_layout).parameters
+        if {"seqlen_q", "seqlen_k", "causal"} <= set(build_params):
+            layout = index.from_layout(layout, block, seqlen_q=seqlen, seqlen_k=seqlen,
+                                       causal=causal)
     for name in ("layout", "block_mask"):
         if name in params:
             return lambda q, k, v, **kw: func(q, k, v, **{name: layout}, **kwargs, **kw)

@@ -13,6 +13,7 @@ over every kernel of one call, profiled in a subprocess (fa_train.bench.ncu).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -21,7 +22,7 @@ from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, environment, make_pr
                                    parse_dtype, resolve_device)
 from fa_train.bench.impls import Case, default_impls
 from fa_train.bench.ncu import NcuError, profile_worker
-from fa_train.bench.report import Plot, Table, write_reports
+from fa_train.bench.report import Table, write_reports
 from fa_train.bench.runner import measure
 from fa_train.metrics.flops import attention_flops
 
@@ -136,7 +137,6 @@ def _bar_chart(rows, out_dir, filename="io.png"):
         return None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from pathlib import Path
     fig = Figure(figsize=(12, 3.8))
     FigureCanvasAgg(fig)
     labels = [f"{r['impl']}\n{r['pass']}" for r in rows]

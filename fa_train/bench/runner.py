@@ -14,7 +14,7 @@ from fa_train.bench.common import (CHECK_HEADS, CHECK_MAX_SEQLEN, Unsupported, b
                                    relative_error, short_reason)
 
 MEASURE_KEYS = ("pass", "status", "reason", "ms", "ms_p20", "ms_p80", "peak_mem_bytes",
-                "peak_mem_gib", "mem_before_bytes")
+                "peak_mem_gib", "mem_before_bytes", "mem_over_inputs_gib")
 # Error texts meaning "this implementation has no kernel for this case" (torch SDPA backends).
 UNSUPPORTED_PATTERNS = ("No available kernel", "No viable backend")
 CHECK_KEYS = ("check_rel_err", "check_passed", "check_shape", "check_note")
@@ -131,7 +131,8 @@ def measure(impl, case, q, k, v, passes, *, check=True, tolerance=5e-2, warmup_m
                             free_memory(case.device)
                         continue
                 row.update(status="ok", peak_mem_bytes=peak, mem_before_bytes=before,
-                           peak_mem_gib=None if peak is None else peak / 2**30)
+                           peak_mem_gib=None if peak is None else peak / 2**30,
+                           mem_over_inputs_gib=None if peak is None else (peak - before) / 2**30)
             finally:
                 for leaf in built.leaves:
                     leaf.grad = None

@@ -121,3 +121,30 @@ def test_blocksize_with_fake_forward(tmp_path):
     assert parse_block("128x64") == (128, 64) and parse_block("64") == (64, 64)
     with pytest.raises(ValueError, match="not a block size"):
         parse_block("64y2")
+
+
+def test_blocksparse_call_binds_layout_block_and_causal():
+    from fa_train.bench.blocksparse import _blocksparse_call
+    seen = {}
+
+    def fake(q, k, v, layout, block_size=128, dropout_p=0.0, causal=False):
+        seen.update(layout=layout, block_size=block_size, causal=causal, dropout_p=dropout_p)
+        return q
+    layout = butterfly_layout(256, 64)
+    call = _blocksparse_call(fake, layout, 64, True, 256)
+    call(1, 2, 3, dropout_p=0.1)
+    assert seen["block_size"] == 64 and seen["causal"] is True and seen["dropout_p"] == 0.1
+    assert seen["layout"] is not None
+
+
+@pytest.mark.gpu
+def test_gpu_blocksparse_smoke(tmp_path):
+    cfg = BlocksparseBenchConfig(seqlens=[512], head_dims=[64], factors=[1], block=128,
+                                 causal=[0, 1], tokens=1024, hidden=128, device="cuda",
+                                 warmup_ms=1, rep_ms=5, progress=False)
+    rows = run_blocksparse_bench(cfg)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["check_passed"], r
+    assert all(r["ratio_to_dense"] for r in rows if r["impl"] != "flash")
+    write_blocksparse_reports(rows, tmp_path, cfg)
