@@ -86,6 +86,16 @@ class ResumableLoader:
     def __len__(self):
         return self._n_batches(0)
 
+    # The position is derived from the restored global step (see _position), so the state a
+    # checkpoint needs is only informative; having these methods marks the loader resumable.
+    def state_dict(self):
+        epoch, skip = self._position()
+        return {"epoch": epoch, "batches_in_epoch": skip, "seed": self.seed}
+
+    def load_state_dict(self, state):
+        if state and int(state.get("seed", self.seed)) != self.seed:
+            raise ValueError(f"checkpoint data seed {state['seed']} differs from seed {self.seed}")
+
     def __iter__(self):
         epoch, skip = self._position()
         self._epoch = epoch + 1

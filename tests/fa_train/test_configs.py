@@ -98,3 +98,14 @@ def test_cli_prints_composed_config_from_any_cwd(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "experiment_name: gpt2/small-flash" in out.stdout and "impl: flash" in out.stdout
+
+
+def test_distributed_trainer_configs_instantiate():
+    from hydra.utils import instantiate
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    cfg = compose_experiment("gpt2/small-flash", ["trainer=fsdp"])
+    strategy = instantiate(cfg.trainer.strategy, _convert_="all")
+    assert isinstance(strategy, FSDPStrategy)
+    assert isinstance(strategy.kwargs["auto_wrap_policy"], ModuleWrapPolicy)
+    assert compose_experiment("default", ["trainer=ddp"]).trainer.strategy == "ddp"
