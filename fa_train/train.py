@@ -286,6 +286,7 @@ def train(cfg) -> dict:
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
         L.seed_everything(int(cfg.seed), workers=True)
+        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         dm = instantiate(cfg.data, _convert_="all")
         _fill_model_from_data(cfg, dm)
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -1,7 +1,8 @@
 """Throughput, MFU and peak-memory monitor.
 
 tokens/s per GPU = input tokens this process trained on / wall time of those steps (the first
-``warmup_steps`` optimizer steps are excluded: compilation, autotuning, allocator warm-up).
+``warmup_steps`` optimizer steps are excluded: compilation, autotuning, allocator warm-up; so is
+time spent in validation).
 MFU = tokens/s per GPU x FLOPs per token / peak FLOP/s, with FLOPs per token from
 fa_train.metrics.flops.transformer_flops_per_token (6P + 12·L·H·Q·T, PaLM appendix B) and the
 peak from fa_train.metrics.flops.gpu_peak_flops (None on CPU or unknown GPUs).
@@ -25,6 +26,8 @@ class PerfMonitor(L.Callback):
         self._t0 = None
         self._tokens0 = 0
         self._seq_len = None
+        self._excluded = 0.0
+        self._val_t0 = None
 
     def _sync(self, pl_module):
         if pl_module.device.type == "cuda":
@@ -35,6 +38,20 @@ class PerfMonitor(L.Callback):
             torch.cuda.reset_peak_memory_stats(pl_module.device)
         self._t0 = None
         self._start_step = trainer.global_step
+        self._excluded = 0.0
+        self._val_t0 = None
+
+    # validation time is not training time
+    def on_validation_start(self, trainer, pl_module):
+        if self._t0 is not None and not trainer.sanity_checking:
+            self._sync(pl_module)
+            self._val_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module):
+        if self._val_t0 is not None:
+            self._sync(pl_module)
+            self._excluded += time.perf_counter() - self._val_t0
+            self._val_t0 = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self._seq_len is None:
@@ -67,7 +84,7 @@ class PerfMonitor(L.Callback):
         if self._t0 is None:
             return
         self._sync(pl_module)
-        dt = time.perf_counter() - self._t0
+        dt = time.perf_counter() - self._t0 - self._excluded
         tokens = pl_module.tokens_seen - self._tokens0
         if dt <= 0 or tokens <= 0:
             return

@@ -219,3 +219,14 @@ def test_ddp_two_cpu_processes_gloo(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (m,) = [json.loads(p.read_text()) for p in (tmp_path / "default").glob("*/metrics.json")]
     assert m["status"] == "ok" and m["devices"] == 2 and m["global_step"] == 3
+
+
+def test_missing_user_data_names_the_path(tmp_path):
+    missing = tmp_path / "no-such-dir"
+    cfg = make_cfg(tmp_path, "lra/text-standard", TINY_CLS + [f"paths.data_dir={missing}"])
+    with pytest.raises(Exception) as err:
+        train(cfg)
+    assert str(missing) in str(err.value)
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "failed" and str(missing) in m["error"]
+    assert (tmp_path / "run" / "config.yaml").exists()
