@@ -32,10 +32,17 @@ def interpreting():
 # Shared device helpers
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _dropout_keep(seed, bh, rows, cols, seqlen_k, dropout_p):
-    """Keep-mask of inverted dropout for the (rows x cols) tile of head `bh`: Philox, never stored."""
-    offsets = rows.to(tl.uint32) * seqlen_k.to(tl.uint32) + cols.to(tl.uint32)
-    return tl.rand(seed + bh, offsets) >= dropout_p
+def _dropout_keep(seed, bh, rows, start_n, seqlen_k, dropout_p, BLOCK_N: tl.constexpr):
+    """Keep-mask (rows x BLOCK_N keys from start_n) of head `bh`: Philox, regenerated, never stored.
+
+    Each Philox call yields four 32-bit numbers, used for four neighbouring keys.
+    """
+    groups = start_n // 4 + tl.arange(0, BLOCK_N // 4)
+    counters = rows.to(tl.uint32)[:, None] * ((seqlen_k + 3) // 4).to(tl.uint32) + groups[None, :].to(tl.uint32)
+    r0, r1, r2, r3 = tl.randint4x(seed + bh, counters)
+    r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (rows.shape[0], BLOCK_N))
+    threshold = tl.cast(dropout_p * 4294967296.0, tl.uint32)
+    return r.to(tl.uint32, bitcast=True) >= threshold
 
 
 @triton.jit
@@ -103,7 +110,7 @@ def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
     alpha = tl.math.exp2(m_i - m_new_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
-        keep = _dropout_keep(seed, bh, offs_m[:, None], cols[None, :], seqlen_k, dropout_p)
+        keep = _dropout_keep(seed, bh, offs_m, start_n, seqlen_k, dropout_p, offs_n.shape[0])
         p = tl.where(keep, p, 0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, l_i, m_new
@@ -215,7 +222,7 @@ def _bwd_delta_kernel(O, DO, DELTA, CU_Q,
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_dn,
-                start_m, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr,
+                start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr,
                 seed, bh, dropout_p,
                 HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                 HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
@@ -242,7 +249,8 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, 
     dpT = tl.dot(v, tl.trans(do))
     if DROPOUT:
         scale = 1.0 / (1.0 - dropout_p)
-        keepT = _dropout_keep(seed, bh, rows[None, :], offs_n[:, None], seqlen_k, dropout_p)
+        keep = _dropout_keep(seed, bh, rows, start_n, seqlen_k, dropout_p, offs_n.shape[0])
+        keepT = tl.trans(keep.to(tl.int8)) != 0
         dv += tl.dot(tl.where(keepT, pT * scale, 0.0).to(do.dtype), do)
         dpT = tl.where(keepT, dpT * scale, 0.0)
     else:
@@ -309,29 +317,29 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
             for idx in tl.range(tl.load(COL_PTR + pid_n), split, warp_specialize=WARP_SPEC):
                 start_m = tl.load(ROW_IDX + idx) * BLOCK_M
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
                                      seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                                      dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
             for idx in range(split, tl.load(COL_PTR + pid_n + 1)):
                 start_m = tl.load(ROW_IDX + idx) * BLOCK_M
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
                                      seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                                      dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
         else:
             for start_m in range(lo, mid, BLOCK_M):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
                                      seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                                      dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
             for start_m in tl.range(mid, tail, BLOCK_M, warp_specialize=WARP_SPEC):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
                                      seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                                      dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
             for start_m in range(tl.maximum(mid, tail), seqlen_q, BLOCK_M):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, offs_m0, offs_n, offs_d,
+                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
                                      seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                                      dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
 
@@ -360,7 +368,7 @@ def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start
     p = tl.math.exp2(qk * qk_scale - lse[:, None])
     dp = tl.dot(do, tl.trans(v))
     if DROPOUT:
-        keep = _dropout_keep(seed, bh, offs_m[:, None], cols[None, :], seqlen_k, dropout_p)
+        keep = _dropout_keep(seed, bh, offs_m, start_n, seqlen_k, dropout_p, offs_n.shape[0])
         dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k)
@@ -440,7 +448,7 @@ def _dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, seed,
     bh = tl.program_id(2)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    keep = _dropout_keep(seed, bh, rows[:, None], cols[None, :], seqlen_k, dropout_p)
+    keep = _dropout_keep(seed, bh, rows, tl.program_id(1) * BLOCK_N, seqlen_k, dropout_p, BLOCK_N)
     ptrs = MASK + bh * seqlen_q * seqlen_k + rows[:, None] * seqlen_k + cols[None, :]
     tl.store(ptrs, keep.to(tl.int8), mask=(rows[:, None] < seqlen_q) & (cols[None, :] < seqlen_k))
 
@@ -499,9 +507,13 @@ class _Problem:
                     SPARSE=self.sparse is not None and sparse_ok, DROPOUT=self.dropout_p > 0.0)
 
     def tiles(self, config):
-        if self.sparse is not None:
-            return dict(config, BLOCK_M=self.sparse.block, BLOCK_N=self.sparse.block)
-        return config
+        """The layout's block is the tile of a block-sparse call; big square tiles get 2 stages."""
+        if self.sparse is None:
+            return config
+        block = self.sparse.block
+        stages = 2 if block * self.block_d >= 128 * 128 else config["num_stages"]
+        return dict(config, BLOCK_M=block, BLOCK_N=block, num_stages=min(stages, config["num_stages"]),
+                    WARP_SPEC=False)
 
 
 def _forward(q, k, v, prob, config=None):

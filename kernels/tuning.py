@@ -8,12 +8,17 @@ import os
 
 INTERPRETER_TILE = 32
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket; H100 sweep of 2026-11-22
-_FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
-_FORWARD_CAUSAL = _FORWARD
-_DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 2)}
-_DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3)}
-_DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize) by head-dim bucket; H100 sweeps of
+# 2026-11-22 at N = 4096 (kernels/NOTES.md)
+_FORWARD = {16: (128, 64, 4, 3, False), 32: (128, 64, 8, 3, False), 64: (128, 64, 8, 3, False),
+            128: (128, 128, 8, 3, True)}
+_FORWARD_CAUSAL = {**_FORWARD, 128: (128, 64, 8, 3, False)}
+_DKDV = {16: (64, 64, 4, 3, True), 32: (64, 64, 4, 3, True), 64: (64, 64, 4, 3, True),
+         128: (64, 128, 8, 2, True)}
+_DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3, False)}
+_DQ = {16: (128, 64, 8, 3, True), 32: (128, 64, 8, 3, True), 64: (128, 64, 8, 3, True),
+       128: (128, 64, 8, 4, False)}
+_DQ_CAUSAL = {**_DQ, 64: (128, 64, 8, 3, False)}
 
 
 def _bucket(block_d):
@@ -21,9 +26,9 @@ def _bucket(block_d):
 
 
 def _config(table, block_d):
-    block_m, block_n, warps, stages = table[_bucket(block_d)]
+    block_m, block_n, warps, stages, warp_spec = table[_bucket(block_d)]
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages,
-            "WARP_SPEC": False}
+            "WARP_SPEC": warp_spec}
 
 
 def _interpreter_config():
@@ -42,4 +47,6 @@ def backward_configs(block_d, causal):
     """Launch parameters of the dK/dV kernel and of the dQ kernel."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return _interpreter_config(), _interpreter_config()
-    return _config(_DKDV_CAUSAL if causal else _DKDV, block_d), _config(_DQ, block_d)
+    if causal:
+        return _config(_DKDV_CAUSAL, block_d), _config(_DQ_CAUSAL, block_d)
+    return _config(_DKDV, block_d), _config(_DQ, block_d)
