@@ -1,5 +1,6 @@
 """Training callbacks: throughput (tokens/s per GPU), MFU, peak memory, loss history."""
 from fa_train.callbacks.perf import PerfMonitor
 from fa_train.callbacks.history import LossHistory
+from fa_train.callbacks.progress import ProgressBar
 
-__all__ = ["LossHistory", "PerfMonitor"]
+__all__ = ["LossHistory", "PerfMonitor", "ProgressBar"]

@@ -1,0 +1,18 @@
+"""Rich progress bar that reads well for step-based runs (no "Epoch 0/-2")."""
+from __future__ import annotations
+
+from lightning.pytorch.callbacks import RichProgressBar
+
+
+class ProgressBar(RichProgressBar):
+    def _get_train_description(self, current_epoch: int) -> str:
+        t = self.trainer
+        if t.max_epochs is not None and t.max_epochs > 0:
+            desc = f"Epoch {current_epoch}/{t.max_epochs - 1}"
+        elif t.max_steps and t.max_steps > 0:
+            desc = f"Epoch {current_epoch} (max_steps {t.max_steps})"
+        else:
+            desc = f"Epoch {current_epoch}"
+        if len(self.validation_description) > len(desc):
+            desc = f"{desc:{len(self.validation_description)}}"
+        return desc
