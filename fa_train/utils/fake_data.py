@@ -58,13 +58,30 @@ class _FakeBase(L.LightningDataModule):
         return self._loader("test", False)
 
 
+class _CountingLM(Dataset):
+    """Sequence i counts up modulo vocab_size from a start drawn from (seed, i); built on the fly,
+    so n can be large (throughput runs) at no memory cost."""
+
+    def __init__(self, n, seq_len, vocab_size, seed):
+        self.n, self.seq_len, self.vocab_size, self.seed = n, seq_len, vocab_size, seed
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(i))
+        start = int(torch.randint(0, self.vocab_size, (1,), generator=g))
+        seq = (start + torch.arange(self.seq_len + 1)) % self.vocab_size
+        return {"input_ids": seq[:-1], "labels": seq[1:]}
+
+
 class FakeLMDataModule(_FakeBase):
-    """Learnable toy LM data: each sequence counts up modulo vocab_size from a random start."""
+    """Learnable toy LM data (each sequence counts up modulo vocab_size from a random start).
+    Also the synthetic source for GPU throughput runs: data.n_train=1000000 +data.vocab_size=50257."""
 
     def make(self, n, g):
-        start = torch.randint(0, self.vocab_size, (n, 1), generator=g)
-        seq = (start + torch.arange(self.seq_len + 1)) % self.vocab_size
-        return _Tensors(input_ids=seq[:, :-1].clone(), labels=seq[:, 1:].clone())
+        return _CountingLM(n, self.seq_len, self.vocab_size,
+                           int(torch.randint(0, 2**30, (1,), generator=g)))
 
 
 class FakeMLMDataModule(_FakeBase):
