@@ -162,7 +162,15 @@ def _check_triton_device(q, impl):
             f"attention=sdpa / attention=standard / attention=auto")
 
 
+def _opaque_to_compile(fn):
+    """torch.compile treats the Triton kernel calls as opaque eager calls (a graph break around
+    attention) instead of tracing the launch wrappers; the rest of the model still compiles."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return disable(fn) if disable is not None else fn
+
+
 @register("flash")
+@_opaque_to_compile
 def flash_attention(q, k, v, causal=False, dropout_p=0.0, key_padding_mask=None,
                     softmax_scale=None, cu_seqlens=None, max_seqlen=None, **_):
     _check_triton_device(q, "flash")
@@ -243,6 +251,7 @@ def layout_density(layout: torch.Tensor) -> float:
 
 
 @register("blocksparse")
+@_opaque_to_compile
 def blocksparse_attention(q, k, v, causal=False, dropout_p=0.0, key_padding_mask=None,
                           softmax_scale=None, cu_seqlens=None, max_seqlen=None,
                           blocksparse: BlocksparseConfig | None = None, **_):
