@@ -1,0 +1,99 @@
+"""`fa-repro`: run the paper's tables and figures as recipes, then report paper vs ours.
+
+    fa-repro list
+    fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process]
+    fa-repro report RECIPE [--scale S] [--out DIR]
+
+RECIPE is a name (`table3_lra`) or a path (`recipes/table3_lra.yaml`). The default output
+folder is reports/<recipe>/<scale>/.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fa_train.repro.recipe import SCALES, RecipeError, list_recipe_paths, load_recipe
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fa-repro", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list recipes with their runs and scales")
+    r = sub.add_parser("run", help="run a recipe at one scale (resumable)")
+    r.add_argument("recipe")
+    r.add_argument("--scale", choices=SCALES, required=True)
+    r.add_argument("--out", default=None, help="output folder (default reports/<recipe>/<scale>)")
+    r.add_argument("--only", action="append", default=None, metavar="RUN",
+                   help="run only this run (repeatable)")
+    r.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    r.add_argument("--force", action="store_true", help="rerun runs that are already done")
+    r.add_argument("--in-process", action="store_true",
+                   help="run in this process (no subprocess start-up; no OOM isolation or timeout)")
+    r.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each training run's checkpoints/ (deleted by default: GBs per run)")
+    r.add_argument("--no-report", action="store_true", help="do not render report.md afterwards")
+    rep = sub.add_parser("report", help="render report.md and plots from a recipe's results")
+    rep.add_argument("recipe")
+    rep.add_argument("--scale", choices=SCALES, default=None,
+                     help="default: the largest scale with results under reports/<recipe>/")
+    rep.add_argument("--out", default=None)
+    return p
+
+
+def cmd_list() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="fa-repro recipes")
+    for col in ("recipe", "title", "runs", "smoke / gpu / full runs"):
+        table.add_column(col, overflow="fold")
+    for path in list_recipe_paths():
+        try:
+            r = load_recipe(path)
+        except RecipeError as exc:
+            table.add_row(path.stem, f"[red]invalid: {exc}[/]", "", "")
+            continue
+        counts = " / ".join(str(len(r.scale_run_names(s))) for s in SCALES)
+        table.add_row(r.name, r.title, ", ".join(r.run_names()), counts)
+    Console().print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "list":
+        return cmd_list()
+    try:
+        recipe = load_recipe(args.recipe)
+        if args.command == "run":
+            from fa_train.repro.report import render_report
+            from fa_train.repro.runner import InProcessExecutor, failed_runs, run_recipe
+            executor = InProcessExecutor() if args.in_process else None
+            data = run_recipe(recipe, args.scale, out_dir=args.out, only=args.only,
+                              dry_run=args.dry_run, executor=executor, force=args.force,
+                              keep_checkpoints=args.keep_checkpoints)
+            if args.dry_run:
+                return 0
+            if not args.no_report:
+                path = render_report(recipe, args.scale, args.out)
+                print(f"report: {path}", file=sys.stderr)
+            bad = failed_runs(data)
+            if bad:
+                print(f"fa-repro: {len(bad)} run(s) failed: {', '.join(bad)}", file=sys.stderr)
+                return 1
+            return 0
+        from fa_train.repro.report import render_report
+        from fa_train.repro.runner import RESULTS_FILE, default_out_dir
+        scale = args.scale or next((s for s in reversed(SCALES)
+                                    if (default_out_dir(recipe, s) / RESULTS_FILE).exists()), "gpu")
+        path = render_report(recipe, scale, args.out)
+        print(path)
+        return 0
+    except RecipeError as exc:
+        print(f"fa-repro: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,550 @@
+"""Render report.md (+ PNG plots) for one recipe output folder: the paper's numbers beside ours.
+
+Every number of ours comes from a file a run wrote (results.json, which holds each run's
+metrics.json / bench JSON, and the runs' metrics.csv); the paper's come from the recipe's `paper:`
+block. Nothing is typed by hand here.
+
+Recipe `report:` block::
+
+    report:
+      tables:
+        - paper_table: ppl                  # a key of paper.tables: the table's shape
+          rows:                             # paper row -> the run filling it (all columns) ...
+            "GPT-2 small · FlashAttention": small-flash
+            # ... or column -> run / {run: R, where: {field: value}} (bench records)
+          columns:                          # column -> how our value is computed
+            ppl: {metric: ppl}
+            speedup: {derive: ratio, metric: tokens_per_s, baseline_row: "GPT-2 small · HuggingFace"}
+            Avg: {derive: mean, of: [ListOps, Text]}
+          extra_columns: [tokens/s]         # ours only; their spec is under `columns`
+      plots:
+        - {type: loss, title: ..., runs: [...]}                          # metrics.csv curves
+        - {type: train_xy, x_label: seq_len, y: tokens_per_s, group_label: impl}
+        - {type: bench_xy, run: attention, x: seqlen, y: fwd_bwd_ms, group: impl, logx: true}
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from fa_train.repro.recipe import Recipe
+from fa_train.repro.runner import RESULTS_FILE, default_out_dir, load_json
+
+MISSING = "–"
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading our numbers
+# ------------------------------------------------------------------------------------------------
+def lookup(data: Any, key: str) -> Any:
+    """`key` in a metrics mapping: exact ("val/ppl"), else nested by '/' or '.' ("perf.mfu")."""
+    if not isinstance(data, dict):
+        return None
+    if key in data:
+        return data[key]
+    for sep in ("/", "."):
+        if sep in key:
+            head, rest = key.split(sep, 1)
+            if head in data:
+                found = lookup(data[head], rest)
+                if found is not None:
+                    return found
+    return None
+
+
+def bench_records(metrics: Any) -> list[dict[str, Any]]:
+    """Every record (a flat dict with numbers) found in a bench run's JSON files."""
+    out: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            lists = [v for v in node.values() if isinstance(v, list) and v and
+                     all(isinstance(x, dict) for x in v)]
+            if lists:
+                for v in lists:
+                    walk(v)
+            elif any(isinstance(v, (int, float)) for v in node.values()):
+                out.append(node)
+            else:
+                for v in node.values():
+                    if isinstance(v, (dict, list)):
+                        walk(v)
+
+    walk(metrics)
+    return out
+
+
+def matches(record: dict[str, Any], where: dict[str, Any] | None) -> bool:
+    for key, want in (where or {}).items():
+        got = lookup(record, key)
+        if isinstance(want, list):
+            if got not in want and str(got) not in [str(w) for w in want]:
+                return False
+        elif got != want and str(got) != str(want):
+            return False
+    return True
+
+
+class Ours:
+    """Our results for one output folder: statuses, metrics and bench records by run name."""
+
+    def __init__(self, recipe: Recipe, out_dir: Path):
+        self.recipe = recipe
+        self.out_dir = out_dir
+        self.data = load_json(out_dir / RESULTS_FILE) or {"runs": {}}
+        self.runs: dict[str, dict[str, Any]] = self.data.get("runs", {})
+
+    def status(self, run: str) -> str:
+        entry = self.runs.get(run)
+        return entry.get("status", "?") if entry else "not run"
+
+    def metric(self, run: str, metric: str, where: dict | None = None) -> float | None:
+        """The value of recipe metric `metric` for `run` (None when absent or not ok)."""
+        entry = self.runs.get(run)
+        if not entry or entry.get("status") != "ok":
+            return None
+        spec = self.recipe.metrics[metric]
+        values = self.values(entry, spec, where)
+        if not values:
+            return None
+        agg = spec.get("agg", "first")
+        value = {"first": values[0], "min": min(values), "max": max(values),
+                 "mean": sum(values) / len(values)}[agg]
+        return value * float(spec.get("scale", 1.0))
+
+    def values(self, entry: dict[str, Any], spec: dict[str, Any], where: dict | None) -> list[float]:
+        metrics = entry.get("metrics") or {}
+        where = {**(spec.get("where") or {}), **(where or {})}
+        if entry.get("kind") == "bench":
+            out = []
+            for rec in bench_records(metrics):
+                if matches(rec, where):
+                    v = first_number(rec, spec["keys"])
+                    if v is not None:
+                        out.append(v)
+            return out
+        v = first_number(metrics, spec["keys"])
+        return [] if v is None else [v]
+
+    def records(self, run: str) -> list[dict[str, Any]]:
+        entry = self.runs.get(run) or {}
+        return bench_records(entry.get("metrics") or {}) if entry.get("status") == "ok" else []
+
+    def cell(self, run: str, metric: str, where: dict | None = None) -> tuple[float | None, str]:
+        """(value, text when there is no value: OOM, failed, not run...)."""
+        value = self.metric(run, metric, where)
+        if value is not None:
+            return value, ""
+        status = self.status(run)
+        return None, {"ok": "n/a", "oom": "OOM", "not run": "not run"}.get(status, status)
+
+
+def first_number(data: Any, keys: Iterable[str]) -> float | None:
+    for key in keys:
+        v = lookup(data, key)
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def fmt_value(value: Any, fmt: str | None = None) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, str):
+        return value
+    if fmt:
+        return format(int(round(value)) if fmt.endswith("d") else value, fmt)
+    if isinstance(value, int) or float(value).is_integer() and abs(value) >= 1:
+        return f"{value:g}" if abs(value) < 1e6 else f"{value:.3g}"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables
+# ------------------------------------------------------------------------------------------------
+def _cells(spec: Any, columns: list[str]) -> dict[str, dict[str, Any]]:
+    """Normalise a report row (a run name, or column -> run / {run, where}) to column -> cell."""
+    if isinstance(spec, str):
+        return {c: {"run": spec} for c in columns}
+    return {c: (v if isinstance(v, dict) else {"run": v}) for c, v in (spec or {}).items()}
+
+
+def our_row(ours: Ours, table: dict[str, Any], row: str, columns: list[str],
+            rows_cache: dict[str, dict[str, tuple[Any, str]]]) -> dict[str, tuple[Any, str]]:
+    """Our values of one row: column -> (value, text when missing)."""
+    if row in rows_cache:
+        return rows_cache[row]
+    col_specs = table.get("columns") or {}
+    cells = _cells((table.get("rows") or {}).get(row), columns)
+    for extra, source in (table.get("extra_cells") or {}).items():
+        if extra not in cells and source in cells:
+            cells[extra] = cells[source]
+    values: dict[str, tuple[Any, str]] = {}
+    for col in columns:                   # direct metrics first, derived columns after
+        spec = col_specs.get(col) or {}
+        cell = cells.get(col)
+        if spec.get("derive") or not cell or not spec.get("metric"):
+            continue
+        values[col] = ours.cell(cell["run"], spec["metric"], cell.get("where"))
+    for col in columns:
+        spec = col_specs.get(col) or {}
+        if spec.get("derive") == "mean":
+            parts = [values.get(c, (None, ""))[0] for c in spec["of"]]
+            values[col] = ((sum(parts) / len(parts), "") if parts and None not in parts
+                           else (None, "incomplete"))
+        elif spec.get("derive") == "ratio":
+            values[col] = _ratio(ours, table, row, col, spec, cells, columns)
+        elif spec.get("derive") == "record_ratio":
+            values[col] = record_ratio(ours, spec)
+    for col in columns:
+        values.setdefault(col, (None, MISSING))
+    rows_cache[row] = values
+    return values
+
+
+def _ratio(ours, table, row, col, spec, cells, columns):
+    """Our speedup: metric(row) / metric(baseline row), inverted for times (lower is better).
+
+    The baseline row is `baseline_rows[row]`, else `baseline_row`. With one run per column (LRA:
+    one per task) it is the mean over the columns in `of` where both runs have the metric."""
+    baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
+    base_cells = _cells((table.get("rows") or {}).get(baseline), columns)
+    ratios = []
+    for c in spec.get("of") or [col]:
+        mine, base = cells.get(c), base_cells.get(c)
+        if not mine or not base:
+            continue
+        a = ours.metric(mine["run"], spec["metric"], mine.get("where"))
+        b = ours.metric(base["run"], spec["metric"], base.get("where"))
+        if a and b:
+            ratios.append(b / a if spec.get("lower_is_better") else a / b)
+    if not ratios:
+        return None, "n/a"
+    return sum(ratios) / len(ratios), ""
+
+
+def record_ratio(ours: Ours, spec: dict[str, Any]) -> tuple[float | None, str]:
+    """Ratio of a metric between two sets of bench records of one run, joined on `join` fields
+    (e.g. runtime of impl=standard over impl=flash at equal seqlen), aggregated by `agg`."""
+    mspec = ours.recipe.metrics[spec["metric"]]
+    base_where = mspec.get("where") or {}
+
+    def table(side: dict[str, Any]) -> dict[tuple, float]:
+        out = {}
+        for rec in ours.records(spec["run"]):
+            if not matches(rec, {**base_where, **side}) or not in_range(rec, spec.get("range")):
+                continue
+            v = first_number(rec, mspec["keys"])
+            if v:
+                out[tuple(lookup(rec, k) for k in spec.get("join") or [])] = v
+        return out
+
+    num, den = table(spec["num"]), table(spec["den"])
+    ratios = [num[k] / den[k] for k in num if k in den]
+    if not ratios:
+        status = ours.status(spec["run"])
+        return None, "n/a" if status == "ok" else {"oom": "OOM"}.get(status, status)
+    agg = spec.get("agg", "max")
+    return {"max": max, "min": min}.get(agg, lambda r: sum(r) / len(r))(ratios), ""
+
+
+def in_range(record: dict[str, Any], ranges: dict[str, list] | None) -> bool:
+    """Every `field: [low, high]` of `ranges` holds (inclusive) for the record."""
+    for key, (low, high) in (ranges or {}).items():
+        v = first_number(record, [key])
+        if v is None or v < low or v > high:
+            return False
+    return True
+
+
+def render_table(ours: Ours, table: dict[str, Any], scale: str) -> list[str]:
+    recipe = ours.recipe
+    ptable = recipe.paper["tables"][table["paper_table"]]
+    columns = list(ptable["columns"])
+    extra = list(table.get("extra_columns") or [])
+    col_specs = table.get("columns") or {}
+    units = ptable.get("units") or {}
+
+    def header(col: str) -> str:
+        spec = col_specs.get(col) or {}
+        unit = units.get(col) or (recipe.metrics.get(spec.get("metric"), {}).get("unit")
+                                  if col in extra else None)
+        return f"{col} ({unit})" if unit else col
+
+    lines = [f"**{ptable.get('caption', table['paper_table'])}** — unit: {ptable['unit']}", "",
+             "| " + " | ".join(["row", "source"] + [header(c) for c in columns + extra]) + " |",
+             "|" + "---|" * (2 + len(columns) + len(extra))]
+    cache: dict[str, dict[str, tuple[Any, str]]] = {}
+    paper_rows = ptable["rows"]
+    our_rows = table.get("rows") or {}
+    for row in row_order(list(paper_rows) if table.get("show_paper", True) else [], list(our_rows)):
+        if row in paper_rows and table.get("show_paper", True):
+            vals = [MISSING if v is None else str(v) for v in paper_rows[row]] + [MISSING] * len(extra)
+            lines.append("| " + " | ".join([row, "paper"] + vals) + " |")
+        if row in our_rows:
+            got = our_row(ours, table, row, columns + extra, cache)
+            cells = []
+            for c in columns + extra:
+                value, why = got[c]
+                cells.append(fmt_value(value, (col_specs.get(c) or {}).get("fmt")
+                                       or _metric_fmt(recipe, col_specs.get(c)))
+                             if value is not None else (why or MISSING))
+            lines.append("| " + " | ".join([row, f"ours ({scale})"] + cells) + " |")
+    notes = [n for n in [ptable.get("note"), table.get("note")] if n]
+    lines += [""] + [f"_{n.strip()}_" for n in notes]
+    return lines
+
+
+def row_order(paper_rows: list[str], our_rows: list[str]) -> list[str]:
+    """Paper rows in the paper's order; each row of ours only right after the row it follows
+    in the report's `rows` mapping (or first when it leads it)."""
+    order = list(paper_rows)
+    for i, row in enumerate(our_rows):
+        if row in order:
+            continue
+        prev = our_rows[i - 1] if i else None
+        order.insert(order.index(prev) + 1 if prev in order else len(order) if i else 0, row)
+    return order
+
+
+def _metric_fmt(recipe: Recipe, spec: dict | None) -> str | None:
+    if not spec:
+        return None
+    if spec.get("derive") == "ratio":
+        return ".2f"
+    return recipe.metrics.get(spec.get("metric"), {}).get("fmt")
+
+
+# ------------------------------------------------------------------------------------------------
+# Plots
+# ------------------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def read_loss_csv(path: Path, keys: list[str]) -> tuple[list[float], list[float]]:
+    """(steps, values) of the first column in `keys` present in a metrics.csv."""
+    if not path.exists():
+        return [], []
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return [], []
+    key = next((k for k in keys if k in rows[0]), None)
+    if key is None:
+        return [], []
+    xs, ys = [], []
+    for i, r in enumerate(rows):
+        try:
+            y = float(r[key])
+        except (TypeError, ValueError):
+            continue
+        try:
+            x = float(r.get("step") or r.get("trainer/global_step") or i)
+        except ValueError:
+            x = float(i)
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
+def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
+    plt = _pyplot()
+    keys = plot.get("keys") or ["train/loss", "train_loss", "loss", "train/loss_step"]
+    runs = plot.get("runs") or [n for n, e in ours.runs.items() if e.get("kind") == "train"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = 0
+    for run in runs:
+        entry = ours.runs.get(run)
+        if not entry or entry.get("status") != "ok":
+            continue
+        xs, ys = read_loss_csv(ours.out_dir / entry.get("run_dir", run) / "metrics.csv", keys)
+        if xs:
+            ax.plot(xs, ys, label=run, marker="." if len(xs) < 30 else None)
+            drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return False
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel(plot.get("ylabel", "training loss"))
+    ax.set_title(plot.get("title", "training loss"))
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_xy(series: dict[str, list[tuple[float, float]]], plot: dict[str, Any], path: Path,
+            xlabel: str, ylabel: str) -> bool:
+    series = {k: sorted(v) for k, v in series.items() if v}
+    if not series:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, pts in series.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=str(name))
+    if plot.get("logx"):
+        ax.set_xscale("log", base=2)
+    if plot.get("logy"):
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(plot.get("title", ylabel))
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _metric_label(recipe: Recipe, metric: str) -> str:
+    spec = recipe.metrics.get(metric, {})
+    return f"{spec.get('label', metric)}" + (f" ({spec['unit']})" if spec.get("unit") else "")
+
+
+def plot_train_xy(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
+    """One line per `group_label` value: metric `y` against run label `x_label`."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for run in ours.recipe.run_names():
+        entry = ours.runs.get(run)
+        if not entry or entry.get("kind") != "train":
+            continue
+        labels = entry.get("labels") or {}
+        if plot.get("where") and not matches(labels, plot["where"]):
+            continue
+        x, y = labels.get(plot["x_label"]), ours.metric(run, plot["y"])
+        if x is None or y is None:
+            continue
+        series.setdefault(str(labels.get(plot.get("group_label"), run)), []).append((float(x), y))
+    return plot_xy(series, plot, path, plot.get("xlabel", plot["x_label"]),
+                   _metric_label(ours.recipe, plot["y"]))
+
+
+def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
+    """One line per value of record field `group`: metric `y` against record field `x`."""
+    spec = ours.recipe.metrics[plot["y"]]
+    series: dict[str, list[tuple[float, float]]] = {}
+    for rec in ours.records(plot["run"]):
+        if not matches(rec, {**(spec.get("where") or {}), **(plot.get("where") or {})}):
+            continue
+        x, y = first_number(rec, [plot["x"]]), first_number(rec, spec["keys"])
+        if x is None or y is None:
+            continue
+        group = lookup(rec, plot["group"]) if plot.get("group") else plot["run"]
+        series.setdefault(str(group), []).append((x, y * float(spec.get("scale", 1.0))))
+    return plot_xy(series, plot, path, plot.get("xlabel", plot["x"]),
+                   _metric_label(ours.recipe, plot["y"]))
+
+
+PLOTTERS = {"loss": plot_loss, "train_xy": plot_train_xy, "bench_xy": plot_bench_xy}
+
+
+# ------------------------------------------------------------------------------------------------
+# The report
+# ------------------------------------------------------------------------------------------------
+def _steps_line(ours: Ours) -> str | None:
+    steps = {}
+    for run, entry in ours.runs.items():
+        if entry.get("kind") == "train" and entry.get("status") == "ok":
+            s = first_number(entry.get("metrics") or {},
+                             ["global_step", "trainer/global_step", "step", "steps"])
+            if s is None:
+                s = (entry.get("overrides") or {}).get("trainer.max_steps")
+            if s is not None:
+                steps[run] = int(s)
+    if not steps:
+        return None
+    lo, hi = min(steps.values()), max(steps.values())
+    return f"optimizer steps run: {lo}" + (f"–{hi}" if hi != lo else "") + " per training run"
+
+
+def _devices(ours: Ours) -> list[str]:
+    names = set()
+    for entry in ours.runs.values():
+        d = lookup(entry.get("metrics") or {}, "device_name") or \
+            lookup(entry.get("metrics") or {}, "device")
+        if isinstance(d, str):
+            names.add(d)
+        for rec in bench_records(entry.get("metrics") or {}):
+            d = rec.get("device_name") or rec.get("gpu") or rec.get("device")
+            if isinstance(d, str):
+                names.add(d)
+    return sorted(names)
+
+
+def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None) -> Path:
+    """Write <out>/report.md and its PNGs; return the report's path."""
+    out = Path(out_dir) if out_dir else default_out_dir(recipe, scale)
+    out.mkdir(parents=True, exist_ok=True)
+    ours = Ours(recipe, out)
+    sc = recipe.scale(scale)
+    paper = recipe.paper
+    host = ours.data.get("host") or {}
+    counts: dict[str, int] = {}
+    for entry in ours.runs.values():
+        counts[entry.get("status", "?")] = counts.get(entry.get("status", "?"), 0) + 1
+    n_runs = len(recipe.scale_run_names(scale))
+    lines = [f"# {recipe.title}", "",
+             f"Recipe `{recipe.path.name}`, scale **{scale}**. Rendered by `fa-repro report` from "
+             f"`{RESULTS_FILE}`; every number labelled *ours* comes from a result file, every "
+             f"number labelled *paper* from the recipe's `paper:` block.", "",
+             "## Hardware and scale", "",
+             f"- **Paper**: {paper['hardware']} — source: {paper['source']}.",
+             f"- **Ours**: scale `{scale}` — {sc['hardware']}."]
+    devices = _devices(ours)
+    lines.append(f"- Devices reported by the runs: {', '.join(devices) if devices else 'none recorded'}"
+                 f"; host GPUs: {', '.join(host.get('gpus') or ['unknown'])}"
+                 f" (host `{host.get('hostname', '?')}`).")
+    lines.append(f"- Results dated {ours.data.get('created', '?')} to {ours.data.get('updated', '?')} "
+                 f"(UTC); runs: {n_runs} at this scale, statuses "
+                 f"{', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'}.")
+    steps = _steps_line(ours)
+    if steps:
+        lines.append(f"- {steps}; the paper's settings: {sc.get('paper_settings') or recipe.scale('full').get('paper_settings') or 'see the full scale'}.")
+    lines += ["", f"**What this scale measures.** {sc['measures'].strip()}", ""]
+    if scale != "full":
+        lines += ["> Numbers at this scale are not comparable in absolute terms to the paper's: "
+                  "fewer steps, smaller data, different GPU. Compare trends and ratios, not values.",
+                  ""]
+    for table in recipe.report.get("tables") or []:
+        lines += ["## " + table.get("title", recipe.paper["tables"][table["paper_table"]]
+                                     .get("caption", table["paper_table"])), ""]
+        lines += render_table(ours, table, scale) + [""]
+    plots = recipe.report.get("plots") or []
+    if plots:
+        lines += ["## Plots", ""]
+        for i, plot in enumerate(plots):
+            fname = plot.get("file", f"{plot['type']}_{i}.png")
+            made = PLOTTERS[plot["type"]](ours, plot, out / fname)
+            title = plot.get("title", fname)
+            lines += ([f"![{title}]({fname})", ""] if made
+                      else [f"_{title}: no data yet (no finished run has the values)._", ""])
+    problems = [(n, e) for n, e in ours.runs.items() if e.get("status") != "ok"]
+    if problems:
+        lines += ["## Runs that did not finish", "", "| run | status | error |", "|---|---|---|"]
+        for name, e in problems:
+            err = str(e.get("error") or "").replace("|", "\\|").replace("\n", " ")[:200]
+            lines.append(f"| {name} | {e.get('status')} | {err} |")
+        lines.append("")
+    lines += ["## Runs", "", "| run | kind | status | duration (s) | finished |", "|---|---|---|---|---|"]
+    for name in recipe.scale_run_names(scale):
+        e = ours.runs.get(name) or {}
+        lines.append(f"| {name} | {e.get('kind', '')} | {e.get('status', 'not run')} | "
+                     f"{e.get('duration_s', '')} | {e.get('finished', '')} |")
+    lines.append("")
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,358 @@
+"""Run a recipe at one scale: every run as a subprocess (or in-process), resumable, with results.
+
+Layout of an output folder (default ``reports/<recipe>/<scale>/``)::
+
+    results.json          one entry per run: status, metrics, timings, command, error tail
+    <run>/                the run's own folder: fa-train's run dir (metrics.json, metrics.csv,
+                          loss_curve.png) or fa-bench's --out folder (JSON/CSV), plus run.log
+
+Statuses: ``ok``, ``oom`` (a result, not a crash: the run did not fit), ``failed``, ``timeout``,
+``dry-run``. A run whose entry says ``ok`` and whose result file still exists is skipped when the
+recipe is run again; every other status is retried.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from fa_train.repro.recipe import Recipe, Run
+
+RESULTS_FILE = "results.json"
+LOG_FILE = "run.log"
+OOM_PATTERNS = re.compile(
+    r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Cannot allocate memory|"
+    r"DefaultCPUAllocator: can't allocate", re.IGNORECASE)
+TAIL_CHARS = 4000
+TRAIN_CONFIG_NAME = "config"   # configs/config.yaml, as fa_train.train.main uses
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def default_out_dir(recipe: Recipe, scale: str) -> Path:
+    return Path("reports") / recipe.name / scale
+
+
+# ------------------------------------------------------------------------------------------------
+# Result files of one run
+# ------------------------------------------------------------------------------------------------
+def load_json(path: Path) -> Any:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def result_files(run: Run, run_dir: Path) -> list[Path]:
+    """The files a finished run leaves: metrics.json for train, the JSON files for bench."""
+    if run.kind == "train":
+        return [p for p in [run_dir / "metrics.json"] if p.exists()]
+    return sorted(p for p in run_dir.glob("*.json") if p.is_file())
+
+
+def collect_metrics(run: Run, run_dir: Path) -> dict[str, Any]:
+    """What the run's result files say: metrics.json as is (train), or {file stem: JSON} (bench)."""
+    if run.kind == "train":
+        data = load_json(run_dir / "metrics.json")
+        return data if isinstance(data, dict) else {}
+    return {p.stem: load_json(p) for p in result_files(run, run_dir)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Executors: how a run is executed. Tests pass a fake one.
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    returncode: int
+    output: str = ""          # the tail of stdout+stderr (or of the exception)
+    timed_out: bool = False
+
+
+class Executor(Protocol):
+    def __call__(self, run: Run, run_dir: Path, timeout_s: float | None) -> Outcome: ...
+
+
+class SubprocessExecutor:
+    """`fa-train ... hydra.run.dir=<run_dir>` / `fa-bench <sub> --out <run_dir>` in a child
+    process; its output goes to <run_dir>/run.log. An OOM kills only the child."""
+
+    def __init__(self, echo: Callable[[str], None] | None = None):
+        self.echo = echo
+
+    def __call__(self, run: Run, run_dir: Path, timeout_s: float | None) -> Outcome:
+        cmd = run.command(run_dir)
+        log = run_dir / LOG_FILE
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(log, "w") as fh:
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                rc, timed_out = -9, True
+        return Outcome(returncode=rc, output=_tail(log), timed_out=timed_out)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)   # the child's own session: only what it started
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _tail(path: Path, n: int = TAIL_CHARS) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return text[-n:]
+
+
+class InProcessExecutor:
+    """Runs in this process: train(cfg) composed by Hydra, or fa-bench's main(argv).
+
+    Saves the ~5 s interpreter start of each subprocess (the CPU smoke test runs every recipe this
+    way); no timeout and no OOM isolation, so use the subprocess executor on GPUs."""
+
+    def __call__(self, run: Run, run_dir: Path, timeout_s: float | None) -> Outcome:
+        import contextlib
+        import io
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+                if run.kind == "train":
+                    _train_in_process(run, run_dir)
+                else:
+                    from fa_train.bench.cli import main as bench_main
+                    rc = bench_main([str(run.subcommand), "--out", str(run_dir), *run.bench_argv()])
+                    if rc not in (None, 0):
+                        return Outcome(returncode=int(rc), output=buf.getvalue()[-TAIL_CHARS:])
+        except SystemExit as exc:  # argparse errors, explicit exits
+            code = exc.code if isinstance(exc.code, int) else 1
+            if code:
+                return Outcome(returncode=code, output=(buf.getvalue() + str(exc))[-TAIL_CHARS:])
+        except BaseException as exc:  # noqa: BLE001 - every failure is a recorded result
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            text = buf.getvalue() + traceback.format_exc()
+            return Outcome(returncode=1, output=text[-TAIL_CHARS:])
+        finally:
+            (run_dir / LOG_FILE).write_text(buf.getvalue())
+        return Outcome(returncode=0, output=buf.getvalue()[-TAIL_CHARS:])
+
+
+def compose_train_config(run: Run, run_dir: Path | str):
+    """The config `fa-train <run's overrides> hydra.run.dir=<run_dir>` would run, composed here.
+
+    HydraConfig is set up as @hydra.main would (paths.output_dir = run_dir); the caller clears
+    GlobalHydra when done. Raises Hydra's own errors for unknown experiments or keys."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from fa_train import train as train_mod
+
+    os.environ.setdefault("FA_TRAIN_ROOT", str(train_mod.REPO_ROOT))
+    GlobalHydra.instance().clear()
+    overrides = run.hydra_overrides() + [f"hydra.run.dir={run_dir}"]
+    initialize_config_dir(config_dir=str(train_mod.CONFIG_DIR), version_base="1.3")
+    cfg = compose(config_name=TRAIN_CONFIG_NAME, overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(run_dir)
+        cfg.hydra.job.name = run.name
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):      # the job's config carries no `hydra` node, as under @hydra.main
+        del cfg["hydra"]
+    return cfg
+
+
+def _train_in_process(run: Run, run_dir: Path) -> None:
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fa_train import train as train_mod
+    try:
+        cfg = compose_train_config(run, run_dir)
+        train_mod.train(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+# ------------------------------------------------------------------------------------------------
+# Environment and classification
+# ------------------------------------------------------------------------------------------------
+def host_info() -> dict[str, Any]:
+    """Hostname, GPU names (nvidia-smi, no torch import), CPU count, Python: for the report."""
+    gpus: list[str] = []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        if out.returncode == 0:
+            gpus = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"hostname": platform.node(), "gpus": gpus or ["none (CPU only)"],
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def _has_gpu(host: dict[str, Any]) -> bool:
+    return any(not g.startswith("none") for g in host.get("gpus") or [])
+
+
+def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tuple[str, str | None]:
+    """(status, error) of a finished run."""
+    reported = str(metrics.get("status", "")).lower() if isinstance(metrics, dict) else ""
+    if reported == "oom" or (outcome.returncode != 0 and OOM_PATTERNS.search(outcome.output or "")):
+        return "oom", _error_line(outcome.output) or "out of memory"
+    if outcome.timed_out:
+        return "timeout", "timed out"
+    if outcome.returncode in (-9, 137) and not has_result:
+        return "oom", "killed (SIGKILL: most likely the host ran out of memory)"
+    if outcome.returncode != 0:
+        return "failed", _error_line(outcome.output) or f"exit status {outcome.returncode}"
+    if reported and reported != "ok":
+        return ("failed", f"metrics.json status {reported!r}")
+    if not has_result:
+        return "failed", "finished but wrote no result file"
+    return "ok", None
+
+
+def _error_line(text: str) -> str | None:
+    """The most telling line of a failure's output (the last exception line)."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[\w.]*(Error|Exception|error:)", ln) or "out of memory" in ln.lower():
+            return ln[:500]
+    return lines[-1][:500] if lines else None
+
+
+# ------------------------------------------------------------------------------------------------
+# The runner
+# ------------------------------------------------------------------------------------------------
+class Results:
+    """results.json of one output folder, rewritten after every run (safe to interrupt)."""
+
+    def __init__(self, out_dir: Path, recipe: Recipe, scale: str):
+        self.path = out_dir / RESULTS_FILE
+        data = load_json(self.path) or {}
+        self.data = {"recipe": recipe.name, "recipe_file": str(recipe.path), "scale": scale,
+                     "created": data.get("created", now_iso()), "updated": now_iso(),
+                     "host": data.get("host"), "runs": data.get("runs", {})}
+
+    def run(self, name: str) -> dict[str, Any] | None:
+        return self.data["runs"].get(name)
+
+    def record(self, name: str, entry: dict[str, Any]) -> None:
+        self.data["runs"][name] = entry
+        self.data["updated"] = now_iso()
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=False, default=str) + "\n")
+        tmp.replace(self.path)
+
+
+def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
+    """A run is done when results.json says ok and its result file still exists."""
+    return bool(entry) and entry.get("status") == "ok" and bool(result_files(run, run_dir))
+
+
+def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
+               only: str | list[str] | None = None, dry_run: bool = False,
+               executor: Executor | None = None, console=None, force: bool = False,
+               keep_checkpoints: bool = False) -> dict[str, Any]:
+    """Run every run of `recipe` at `scale` that is not already done; return results.json's data.
+
+    Training checkpoints (checkpoints/ in each run folder; GBs at the gpu scale) are deleted
+    after each run unless `keep_checkpoints`: a recipe keeps metrics, not weights."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    out = Path(out_dir) if out_dir else default_out_dir(recipe, scale)
+    runs = recipe.runs(scale, only=only)
+    results = Results(out, recipe, scale)
+    executor = executor or SubprocessExecutor()
+    sc = recipe.scale(scale)
+    console.print(f"[bold]{recipe.name}[/] — {recipe.title}\n"
+                  f"scale [cyan]{scale}[/] ({sc['hardware']}); {len(runs)} run(s) -> {out}")
+    if dry_run:
+        for i, run in enumerate(runs, 1):
+            cmd = " ".join(run.command(out / run.name))
+            done = is_done(results.run(run.name), run, out / run.name)
+            console.print(f"[{i}/{len(runs)}] {run.name}{' (done, would skip)' if done else ''}\n"
+                          f"    {cmd}", highlight=False, soft_wrap=True)
+        return results.data
+    results.data["host"] = host_info()
+    if (scale == "smoke" or not _has_gpu(results.data["host"])) and \
+            "TRITON_INTERPRET" not in os.environ:
+        # The smoke scale runs on CPU, where Triton kernels (flash, blocksparse) run under the
+        # interpreter. Set before the kernels are imported; child processes inherit it.
+        os.environ["TRITON_INTERPRET"] = "1"
+        console.print("CPU run: TRITON_INTERPRET=1 (Triton kernels run interpreted)")
+    counts: dict[str, int] = {}
+    for i, run in enumerate(runs, 1):
+        run_dir = out / run.name
+        prefix = f"[{i}/{len(runs)}] {run.name}"
+        if not force and is_done(results.run(run.name), run, run_dir):
+            console.print(f"{prefix}: [green]ok[/] (done before, skipped)")
+            counts["skipped"] = counts.get("skipped", 0) + 1
+            continue
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in result_files(run, run_dir):   # a retried run must not pass on old files
+            stale.unlink()
+        started, t0 = now_iso(), time.perf_counter()
+        with console.status(f"{prefix}: running ({run.kind} "
+                            f"{run.experiment or run.subcommand})…"):
+            outcome = executor(run, run_dir, run.timeout_s)
+        duration = time.perf_counter() - t0
+        if not keep_checkpoints:
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        metrics = collect_metrics(run, run_dir)
+        status, error = classify(outcome, metrics, bool(result_files(run, run_dir)))
+        entry = {"status": status, "kind": run.kind, "experiment": run.experiment,
+                 "subcommand": run.subcommand, "overrides": run.overrides, "args": run.args,
+                 "labels": run.labels, "command": run.command(run_dir), "run_dir": run.name,
+                 "started": started, "finished": now_iso(), "duration_s": round(duration, 2),
+                 "returncode": outcome.returncode, "error": error, "metrics": metrics}
+        if status != "ok":
+            entry["output_tail"] = outcome.output[-TAIL_CHARS:]
+        results.record(run.name, entry)
+        counts[status] = counts.get(status, 0) + 1
+        colour = {"ok": "green", "oom": "yellow"}.get(status, "red")
+        console.print(f"{prefix}: [{colour}]{status}[/] in {duration:.1f} s"
+                      + (f" — {error}" if error else ""), highlight=False)
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
+    console.print(f"[bold]{recipe.name}/{scale}[/]: {summary}; results in {results.path}")
+    return results.data
+
+
+def failed_runs(data: dict[str, Any]) -> list[str]:
+    """Runs whose status is neither ok nor oom (an OOM is a legitimate result)."""
+    return [n for n, e in data.get("runs", {}).items() if e.get("status") not in ("ok", "oom")]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `fa-repro run`")

@@ -1,0 +1,80 @@
+"""report.md and PNGs rendered from fixture result files (no training)."""
+import json
+
+from fa_train.repro.report import render_report, row_order
+
+
+def write_results(out, runs):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({
+        "recipe": "mini", "scale": "gpu", "created": "2026-01-01T00:00:00+00:00",
+        "updated": "2026-01-01T01:00:00+00:00",
+        "host": {"hostname": "h", "gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB"]}, "runs": runs}))
+
+
+def train_entry(name, ppl, tps, losses):
+    return {"status": "ok", "kind": "train", "run_dir": name, "labels": {"impl": name, "seq_len": 1024},
+            "overrides": {"trainer.max_steps": 100},
+            "metrics": {"status": "ok", "val/ppl": ppl, "tokens_per_sec_per_device": tps,
+                        "global_step": 100, "device_name": "NVIDIA H100 80GB HBM3"}}, losses
+
+
+def test_report_tables_and_plots(mini_recipe, tmp_path):
+    out = tmp_path / "reports"
+    runs = {}
+    for name, ppl, tps in (("base", 30.123, 1000.0), ("fast", 30.2, 3000.0)):
+        entry, _ = train_entry(name, ppl, tps, None)
+        runs[name] = entry
+        (out / name).mkdir(parents=True)
+        (out / name / "metrics.csv").write_text(
+            "epoch,step,train/loss,val/loss\n0,0,10.0,\n0,1,9.0,\n0,1,,9.5\n0,2,8.0,\n")
+    rows = [{"impl": impl, "seqlen": n, "pass": p, "status": "ok", "ms": ms}
+            for impl, n, p, ms in (("standard", 128, "fwd+bwd", 4.0), ("flash", 128, "fwd+bwd", 1.0),
+                                   ("standard", 256, "fwd+bwd", 9.0), ("flash", 256, "fwd+bwd", 2.0),
+                                   ("flash", 256, "fwd", 0.5))]
+    runs["bench"] = {"status": "ok", "kind": "bench", "run_dir": "bench",
+                     "metrics": {"attention": {"environment": {"gpu": "NVIDIA H100"}, "rows": rows}}}
+    write_results(out, runs)
+
+    path = render_report(mini_recipe, "gpu", out)
+    text = path.read_text()
+    assert "| row | source | ppl | speedup (×) | tokens/s (tokens/s) |" in text
+    assert "| Baseline | paper | 18.2 | 1.0 | – |" in text
+    assert "| Baseline | ours (gpu) | 30.12 | 1.00 | 1,000 |" in text
+    assert "| Flash | ours (gpu) | 30.20 | 3.00 | 3,000 |" in text
+    assert "| Other | paper | 20.0 | 2.0 | – |" in text
+    assert "Other | ours" not in text                        # no run of ours for that row
+    lines = text.splitlines()
+    assert lines.index("| Extra (ours only) | ours (gpu) | 30.12 | 1.00 | 1,000 |") == \
+        lines.index("| Flash | ours (gpu) | 30.20 | 3.00 | 3,000 |") + 1
+    assert "| Flash | ours (gpu) | 4.5 |" in text            # max(4/1, 9/2) from the bench rows
+    assert "NVIDIA H100 80GB HBM3" in text and "8x A100" in text
+    assert "optimizer steps run: 100" in text and "400K steps" in text
+    for png in ("loss.png", "tps.png", "runtime.png"):
+        assert (out / png).stat().st_size > 1000, png
+        assert f"]({png})" in text
+
+
+def test_report_says_what_is_missing(mini_recipe, tmp_path):
+    out = tmp_path / "reports"
+    runs = {"base": {"status": "oom", "kind": "train", "error": "CUDA out of memory", "metrics": {}},
+            "fast": {"status": "failed", "kind": "train", "error": "ValueError: x | y", "metrics": {}}}
+    write_results(out, runs)
+    text = render_report(mini_recipe, "smoke", out).read_text()
+    assert "| Baseline | ours (smoke) | OOM | n/a | OOM |" in text
+    assert "| Flash | ours (smoke) | failed |" in text
+    assert "| base | oom | CUDA out of memory |" in text
+    assert "| fast | failed | ValueError: x \\| y |" in text
+    assert "no data yet" in text and "not comparable" in text
+    assert "| bench | bench | not run |" not in text and "| bench |  | not run |" in text
+
+
+def test_report_without_results(mini_recipe, tmp_path):
+    text = render_report(mini_recipe, "gpu", tmp_path / "empty").read_text()
+    assert "| Baseline | ours (gpu) | not run |" in text and "statuses none yet" in text
+
+
+def test_row_order():
+    assert row_order(["A", "B", "C"], ["B", "B2", "A"]) == ["A", "B", "B2", "C"]
+    assert row_order(["A"], ["X", "A"]) == ["X", "A"]
+    assert row_order([], ["X", "Y"]) == ["X", "Y"]

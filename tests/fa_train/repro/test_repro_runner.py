@@ -1,0 +1,116 @@
+"""Runner logic with a fake executor: results.json, resume, failures, OOM, timeouts, CLI."""
+import json
+
+from rich.console import Console
+
+from fa_train.repro import cli
+from fa_train.repro.runner import Outcome, classify, failed_runs, run_recipe
+
+
+class FakeExecutor:
+    """Writes the result files a real run would, or fails the way it is told to."""
+
+    def __init__(self, behaviour=None):
+        self.behaviour = behaviour or {}
+        self.calls = []
+
+    def __call__(self, run, run_dir, timeout_s):
+        self.calls.append(run.name)
+        how = self.behaviour.get(run.name, "ok")
+        if how == "crash":
+            return Outcome(1, "Traceback ...\nValueError: data_dir /nope does not exist\n")
+        if how == "cuda-oom":
+            return Outcome(1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8 GiB")
+        if how == "timeout":
+            return Outcome(-9, "", timed_out=True)
+        if how == "no-result":
+            return Outcome(0, "finished")
+        if run.kind == "bench":
+            rows = [{"impl": "flash", "seqlen": 128, "pass": "fwd+bwd", "status": "ok", "ms": 1.0}]
+            (run_dir / "attention.json").write_text(json.dumps({"rows": rows}))
+            return Outcome(0, "")
+        status = "oom" if how == "metrics-oom" else "ok"
+        metrics = {"status": status, "val/ppl": 20.0, "tokens_per_sec_per_device": 1000.0,
+                   "global_step": run.overrides.get("trainer.max_steps", 0)}
+        (run_dir / "metrics.json").write_text(json.dumps(metrics))
+        return Outcome(0, "")
+
+
+def quiet():
+    return Console(file=open("/dev/null", "w"), width=120)
+
+
+def test_records_every_run_and_resumes(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    fake = FakeExecutor()
+    data = run_recipe(mini_recipe, "smoke", out, executor=fake, console=quiet())
+    assert fake.calls == ["base", "fast", "bench"]
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk == data
+    assert on_disk["recipe"] == "mini" and on_disk["scale"] == "smoke"
+    assert on_disk["host"]["gpus"]
+    base = on_disk["runs"]["base"]
+    assert base["status"] == "ok" and base["metrics"]["val/ppl"] == 20.0
+    assert base["overrides"] == {"trainer.max_steps": 2}
+    assert base["command"][1:3] == ["experiment=gpt2/small-standard", "trainer.max_steps=2"]
+    assert on_disk["runs"]["bench"]["metrics"]["attention"]["rows"][0]["ms"] == 1.0
+
+    again = FakeExecutor()
+    run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
+    assert again.calls == []                       # everything done: nothing reruns
+
+    (out / "fast" / "metrics.json").unlink()       # a lost result file is not "done"
+    run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
+    assert again.calls == ["fast"]
+    forced = FakeExecutor()
+    run_recipe(mini_recipe, "smoke", out, executor=forced, console=quiet(), force=True,
+               only=["base"])
+    assert forced.calls == ["base"]
+
+
+def test_failures_and_oom_are_results_and_retried(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    fake = FakeExecutor({"base": "crash", "fast": "cuda-oom", "bench": "timeout"})
+    data = run_recipe(mini_recipe, "gpu", out, executor=fake, console=quiet())
+    runs = data["runs"]
+    assert runs["base"]["status"] == "failed"
+    assert runs["base"]["error"] == "ValueError: data_dir /nope does not exist"
+    assert "Traceback" in runs["base"]["output_tail"]
+    assert runs["fast"]["status"] == "oom" and "CUDA out of memory" in runs["fast"]["error"]
+    assert runs["bench"]["status"] == "timeout"
+    assert failed_runs(data) == ["base", "bench"]  # OOM is a legitimate result
+
+    retry = FakeExecutor({"fast": "metrics-oom"})
+    data = run_recipe(mini_recipe, "gpu", out, executor=retry, console=quiet())
+    assert retry.calls == ["base", "fast", "bench"]  # failed and oom runs are retried
+    assert data["runs"]["base"]["status"] == "ok"
+    assert data["runs"]["fast"]["status"] == "oom"   # train() caught the OOM: metrics say so
+    assert data["runs"]["bench"]["status"] == "ok"
+
+
+def test_classify():
+    assert classify(Outcome(0, ""), {"status": "ok"}, True) == ("ok", None)
+    assert classify(Outcome(0, ""), {}, False)[0] == "failed"            # no result file
+    assert classify(Outcome(-9, ""), {}, False)[0] == "oom"              # SIGKILL: host OOM
+    assert classify(Outcome(1, "RuntimeError: boom"), {}, False) == ("failed", "RuntimeError: boom")
+    assert classify(Outcome(0, ""), {"status": "failed"}, True)[0] == "failed"
+
+
+def test_dry_run_runs_nothing(mini_recipe, tmp_path, capsys):
+    fake = FakeExecutor()
+    run_recipe(mini_recipe, "gpu", tmp_path / "o", dry_run=True, executor=fake,
+               console=Console(file=open(tmp_path / "log", "w"), width=200))
+    assert fake.calls == [] and not (tmp_path / "o" / "results.json").exists()
+    text = (tmp_path / "log").read_text()
+    assert "trainer.max_steps=100" in text and "hydra.run.dir=" in text
+
+
+def test_cli_list_and_dry_run(capsys, monkeypatch, mini_recipe, tmp_path):
+    monkeypatch.setenv("FA_RECIPES_DIR", str(mini_recipe.path.parent))
+    assert cli.main(["list"]) == 0
+    assert "mini" in capsys.readouterr().out
+    assert cli.main(["run", "mini", "--scale", "smoke", "--dry-run",
+                     "--out", str(tmp_path / "o")]) == 0
+    assert cli.main(["run", "nope", "--scale", "smoke"]) == 2
+    assert "known recipes: mini" in capsys.readouterr().err
+    assert cli.main(["run", "mini", "--scale", "gpu", "--only", "nope", "--dry-run"]) == 2
