@@ -31,7 +31,6 @@ Overrides merge in this order, later keys winning: run `overrides` / `args`, the
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,20 +102,14 @@ class Run:
         return argv
 
     def command(self, run_dir: Path | str) -> list[str]:
-        """The command line that runs this run in a subprocess, writing into `run_dir`."""
+        """The command line that runs this run in a subprocess, writing into `run_dir`:
+        `fa-train ...` / `fa-bench ...` as modules of this interpreter, so that it works where
+        the package is on PYTHONPATH without console scripts (air-gapped GPU hosts)."""
         if self.kind == "train":
-            return [console_script("fa-train"), *self.hydra_overrides(),
+            return [sys.executable, "-m", "fa_train.train", *self.hydra_overrides(),
                     f"hydra.run.dir={run_dir}"]
-        return [console_script("fa-bench"), str(self.subcommand), "--out", str(run_dir),
-                *self.bench_argv()]
-
-
-def console_script(name: str) -> str:
-    """The project's console script from the running interpreter's environment, else PATH."""
-    beside = Path(sys.executable).parent / name
-    if beside.exists():
-        return str(beside)
-    return shutil.which(name) or name
+        return [sys.executable, "-m", "fa_train.bench.cli", str(self.subcommand),
+                "--out", str(run_dir), *self.bench_argv()]
 
 
 def format_override_value(value: Any) -> str:

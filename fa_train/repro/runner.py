@@ -99,8 +99,11 @@ class SubprocessExecutor:
         with open(log, "w") as fh:
             fh.write("$ " + " ".join(cmd) + "\n")
             fh.flush()
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
+            try:
+                proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+            except OSError as exc:
+                return Outcome(returncode=127, output=f"{type(exc).__name__}: {exc}")
             try:
                 rc = proc.wait(timeout=timeout_s)
                 timed_out = False

@@ -112,9 +112,10 @@ report: {tables: [], plots: []}
     assert validate_recipe(recipe) == []
     a, b = recipe.runs("smoke")
     assert a.overrides == {"data.seq_len": 1024, "x": 2, "y": 4}
-    assert a.command(tmp_path / "a")[1:] == ["experiment=gpt2/small-flash", "data.seq_len=1024",
+    assert a.command(tmp_path / "a")[1:3] == ["-m", "fa_train.train"]
+    assert a.command(tmp_path / "a")[3:] == ["experiment=gpt2/small-flash", "data.seq_len=1024",
                                              "x=2", "y=4", f"hydra.run.dir={tmp_path / 'a'}"]
-    assert b.command("OUT")[1:] == ["attention", "--out", "OUT", "--impls", "flash,standard",
+    assert b.command("OUT")[3:] == ["attention", "--out", "OUT", "--impls", "flash,standard",
                                     "--dropout", "0.1", "--device", "cpu"]
     assert [r.name for r in recipe.runs("gpu")] == ["a"]
     with pytest.raises(ValueError, match="no run named"):
