@@ -126,7 +126,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                WARP_SPEC: tl.constexpr):
+                WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
     pid_m = tl.program_id(0)
     if REVERSE:  # causal: the longest rows first, for a better tail
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -155,20 +155,23 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if SPARSE:  # listed blocks: those needing no mask first, up to ROW_SPLIT
-        split = tl.load(ROW_SPLIT + pid_m)
-        for idx in tl.range(tl.load(ROW_PTR + pid_m), split, warp_specialize=WARP_SPEC):
-            start_n = tl.load(COL_IDX + idx) * BLOCK_N
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
-                                       False, HAS_KPM, DROPOUT)
-        for idx in range(split, tl.load(ROW_PTR + pid_m + 1)):
-            start_n = tl.load(COL_IDX + idx) * BLOCK_N
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
-                                       True, HAS_KPM, DROPOUT)
+    if SPARSE:  # listed layout blocks, those needing no mask first (up to ROW_SPLIT), in tiles
+        lrow = start_m // LAYOUT_BLOCK
+        split = tl.load(ROW_SPLIT + lrow)
+        for idx in range(tl.load(ROW_PTR + lrow), split):
+            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
+                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
+                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
+                                           IS_CAUSAL, False, HAS_KPM, DROPOUT)
+        for idx in range(split, tl.load(ROW_PTR + lrow + 1)):
+            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
+                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
+                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
+                                           IS_CAUSAL, True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
@@ -271,7 +274,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
-                     SPARSE: tl.constexpr, DROPOUT: tl.constexpr, WARP_SPEC: tl.constexpr):
+                     SPARSE: tl.constexpr, DROPOUT: tl.constexpr, WARP_SPEC: tl.constexpr,
+                     LAYOUT_BLOCK: tl.constexpr):
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // n_heads_kv
@@ -313,19 +317,22 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
         lse_base = LSE + b * stride_lb + h * stride_lh + q_start
         delta_base = DELTA + b * stride_lb + h * stride_lh + q_start
         if SPARSE:
-            split = tl.load(COL_SPLIT + pid_n)
-            for idx in tl.range(tl.load(COL_PTR + pid_n), split, warp_specialize=WARP_SPEC):
-                start_m = tl.load(ROW_IDX + idx) * BLOCK_M
-                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
-                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                                     dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
-            for idx in range(split, tl.load(COL_PTR + pid_n + 1)):
-                start_m = tl.load(ROW_IDX + idx) * BLOCK_M
-                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
-                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                                     dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+            lcol = start_n // LAYOUT_BLOCK
+            split = tl.load(COL_SPLIT + lcol)
+            for idx in range(tl.load(COL_PTR + lcol), split):
+                for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_M):
+                    start_m = tl.load(ROW_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_M
+                    dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                         stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n,
+                                         offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed,
+                                         bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+            for idx in range(split, tl.load(COL_PTR + lcol + 1)):
+                for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_M):
+                    start_m = tl.load(ROW_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_M
+                    dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                         stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n,
+                                         offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed,
+                                         bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
         else:
             for start_m in range(lo, mid, BLOCK_M):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
@@ -385,7 +392,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                   WARP_SPEC: tl.constexpr):
+                   WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
     pid_m = tl.program_id(0)
     if REVERSE:
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -416,17 +423,20 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
     kpm_ptr = KPM + b * stride_mb
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:
-        split = tl.load(ROW_SPLIT + pid_m)
-        for idx in tl.range(tl.load(ROW_PTR + pid_m), split, warp_specialize=WARP_SPEC):
-            start_n = tl.load(COL_IDX + idx) * BLOCK_N
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
-                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                           dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
-        for idx in range(split, tl.load(ROW_PTR + pid_m + 1)):
-            start_n = tl.load(COL_IDX + idx) * BLOCK_N
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
-                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                           dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+        lrow = start_m // LAYOUT_BLOCK
+        split = tl.load(ROW_SPLIT + lrow)
+        for idx in range(tl.load(ROW_PTR + lrow), split):
+            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
+                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
+                dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
+                               start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
+                               seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+        for idx in range(split, tl.load(ROW_PTR + lrow + 1)):
+            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
+                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
+                dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
+                               start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
+                               seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
@@ -507,13 +517,12 @@ class _Problem:
                     SPARSE=self.sparse is not None and sparse_ok, DROPOUT=self.dropout_p > 0.0)
 
     def tiles(self, config):
-        """The layout's block is the tile of a block-sparse call; big square tiles get 2 stages."""
+        """Tiles of a block-sparse call fit inside the layout's blocks (LAYOUT_BLOCK)."""
         if self.sparse is None:
-            return config
+            return dict(config, LAYOUT_BLOCK=1)
         block = self.sparse.block
-        stages = 2 if block * self.block_d >= 128 * 128 else config["num_stages"]
-        return dict(config, BLOCK_M=block, BLOCK_N=block, num_stages=min(stages, config["num_stages"]),
-                    WARP_SPEC=False)
+        return dict(config, BLOCK_M=min(config["BLOCK_M"], block),
+                    BLOCK_N=min(config["BLOCK_N"], block), WARP_SPEC=False, LAYOUT_BLOCK=block)
 
 
 def _forward(q, k, v, prob, config=None):

@@ -22,6 +22,7 @@ def random_layout(nb, density=0.5):
 
 @pytest.mark.parametrize("seqlen,block,layout_kind", [
     (70, 16, "random"), (64, 16, "butterfly"), (100, 32, "random"), (1, 16, "random"),
+    (130, 64, "random"),  # layout blocks larger than the kernel tile: several tiles per block
 ])
 @pytest.mark.parametrize("causal,padding,dropout_p", [
     (False, False, 0.0), (True, False, 0.0), (False, True, 0.2), (True, True, 0.2),
