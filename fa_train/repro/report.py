@@ -276,7 +276,7 @@ def render_table(ours: Ours, table: dict[str, Any], scale: str) -> list[str]:
         spec = col_specs.get(col) or {}
         unit = units.get(col) or (recipe.metrics.get(spec.get("metric"), {}).get("unit")
                                   if col in extra else None)
-        return f"{col} ({unit})" if unit else col
+        return f"{col} ({unit})" if unit and unit.lower() not in col.lower() else col
 
     lines = [f"**{ptable.get('caption', table['paper_table'])}** — unit: {ptable['unit']}", "",
              "| " + " | ".join(["row", "source"] + [header(c) for c in columns + extra]) + " |",

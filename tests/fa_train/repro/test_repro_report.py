@@ -38,7 +38,7 @@ def test_report_tables_and_plots(mini_recipe, tmp_path):
 
     path = render_report(mini_recipe, "gpu", out)
     text = path.read_text()
-    assert "| row | source | ppl | speedup (×) | tokens/s (tokens/s) |" in text
+    assert "| row | source | ppl | speedup (×) | tokens/s |" in text
     assert "| Baseline | paper | 18.2 | 1.0 | – |" in text
     assert "| Baseline | ours (gpu) | 30.12 | 1.00 | 1,000 |" in text
     assert "| Flash | ours (gpu) | 30.20 | 3.00 | 3,000 |" in text
