@@ -478,10 +478,12 @@ def _devices(ours: Ours) -> list[str]:
             lookup(entry.get("metrics") or {}, "device")
         if isinstance(d, str):
             names.add(d)
-        for rec in bench_records(entry.get("metrics") or {}):
-            d = rec.get("device_name") or rec.get("gpu") or rec.get("device")
-            if isinstance(d, str):
-                names.add(d)
+        if entry.get("kind") == "bench":       # fa-bench files: {"environment": {"gpu", "device"}}
+            for data in (entry.get("metrics") or {}).values():
+                env = data.get("environment") if isinstance(data, dict) else None
+                d = (env or {}).get("gpu") or (env or {}).get("device")
+                if isinstance(d, str):
+                    names.add(d)
     return sorted(names)
 
 
