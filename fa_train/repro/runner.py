@@ -152,12 +152,13 @@ class InProcessExecutor:
         except SystemExit as exc:  # argparse errors, explicit exits
             code = exc.code if isinstance(exc.code, int) else 1
             if code:
-                return Outcome(returncode=code, output=(buf.getvalue() + str(exc))[-TAIL_CHARS:])
+                buf.write(f"SystemExit: {exc.code}\n")
+                return Outcome(returncode=code, output=buf.getvalue()[-TAIL_CHARS:])
         except BaseException as exc:  # noqa: BLE001 - every failure is a recorded result
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            text = buf.getvalue() + traceback.format_exc()
-            return Outcome(returncode=1, output=text[-TAIL_CHARS:])
+            buf.write(traceback.format_exc())
+            return Outcome(returncode=1, output=buf.getvalue()[-TAIL_CHARS:])
         finally:
             (run_dir / LOG_FILE).write_text(buf.getvalue())
         return Outcome(returncode=0, output=buf.getvalue()[-TAIL_CHARS:])

@@ -115,3 +115,15 @@ def test_cli_list_and_dry_run(capsys, monkeypatch, mini_recipe, tmp_path):
     assert cli.main(["run", "nope", "--scale", "smoke"]) == 2
     assert "known recipes: mini" in capsys.readouterr().err
     assert cli.main(["run", "mini", "--scale", "gpu", "--only", "nope", "--dry-run"]) == 2
+
+
+def test_in_process_executor_records_a_config_error(tmp_path):
+    """A real executor, no training: Hydra refuses an unknown experiment; the run is 'failed'."""
+    from fa_train.repro.recipe import Run
+    from fa_train.repro.runner import InProcessExecutor
+    run = Run(name="x", kind="train", experiment="gpt2/does-not-exist")
+    (tmp_path / "x").mkdir()
+    outcome = InProcessExecutor()(run, tmp_path / "x", None)
+    assert outcome.returncode == 1 and "does-not-exist" in outcome.output
+    assert classify(outcome, {}, False)[0] == "failed"
+    assert "does-not-exist" in (tmp_path / "x" / "run.log").read_text()
