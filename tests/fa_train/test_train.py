@@ -230,3 +230,18 @@ def test_missing_user_data_names_the_path(tmp_path):
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["status"] == "failed" and str(missing) in m["error"]
     assert (tmp_path / "run" / "config.yaml").exists()
+
+
+def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
+    from fa_train.models import LRAClassifier
+    from fa_train.train import load_init_weights
+    kw = dict(num_classes=2, vocab_size=256, n_layer=1, n_head=2, d_model=16, d_ff=16,
+              pos_emb="learned", pool="cls", attention="sdpa")
+    src = LRAClassifier(max_seq_len=16, image_size=4, **kw)
+    ck = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ck.parent.mkdir(parents=True)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in src.state_dict().items()}}, ck)
+    dst = LRAClassifier(max_seq_len=64, image_size=8, **kw)
+    load_init_weights(dst, tmp_path / "run")  # a run directory works too
+    torch.testing.assert_close(dst.embed.weight, src.embed.weight)
+    assert dst.pos_table.shape == (64, 16)
