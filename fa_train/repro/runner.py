@@ -295,7 +295,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     from rich.console import Console
 
     console = console or Console(stderr=True)
-    out = Path(out_dir) if out_dir else default_out_dir(recipe, scale)
+    out = (Path(out_dir) if out_dir else default_out_dir(recipe, scale)).resolve()
     runs = recipe.runs(scale, only=only)
     results = Results(out, recipe, scale)
     executor = executor or SubprocessExecutor()
