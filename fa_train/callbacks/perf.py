@@ -28,6 +28,7 @@ class PerfMonitor(L.Callback):
         self._seq_len = None
         self._excluded = 0.0
         self._val_t0 = None
+        self._final = False
 
     def _sync(self, pl_module):
         if pl_module.device.type == "cuda":
@@ -40,6 +41,7 @@ class PerfMonitor(L.Callback):
         self._start_step = trainer.global_step
         self._excluded = 0.0
         self._val_t0 = None
+        self._final = False
 
     # validation time is not training time
     def on_validation_start(self, trainer, pl_module):
@@ -77,7 +79,12 @@ class PerfMonitor(L.Callback):
                 self._tokens0 = pl_module.tokens_seen
                 self._steps0 = steps
             return
-        if steps % self.log_every_n_steps == 0:
+        last = bool(trainer.max_steps and trainer.max_steps > 0
+                    and trainer.global_step >= trainer.max_steps)
+        if last:  # final numbers before any end-of-training checkpoint write
+            self._update(trainer, pl_module, log=True)
+            self._final = True
+        elif steps % self.log_every_n_steps == 0:
             self._update(trainer, pl_module, log=True)
 
     def _update(self, trainer, pl_module, log):
@@ -110,4 +117,5 @@ class PerfMonitor(L.Callback):
             pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
 
     def on_train_end(self, trainer, pl_module):
-        self._update(trainer, pl_module, log=False)
+        if not self._final:
+            self._update(trainer, pl_module, log=False)
