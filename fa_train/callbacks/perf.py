@@ -73,7 +73,10 @@ class PerfMonitor(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         steps = trainer.global_step - self._start_step
         if self._t0 is None:
-            if steps >= min(self.warmup_steps, max(0, (trainer.max_steps or 0) - 1)):
+            warmup = self.warmup_steps
+            if trainer.max_steps and trainer.max_steps > 0:  # short runs still get a window
+                warmup = min(warmup, trainer.max_steps - 1)
+            if steps >= warmup:
                 self._sync(pl_module)
                 self._t0 = time.perf_counter()
                 self._tokens0 = pl_module.tokens_seen
