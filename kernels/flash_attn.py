@@ -525,20 +525,36 @@ class _Problem:
                     BLOCK_N=min(config["BLOCK_N"], block), WARP_SPEC=False, LAYOUT_BLOCK=block)
 
 
+_STAGE_CAPS = {}  # (kernel, tile config) -> pipeline depth that fit in shared memory
+
+
+def _launch(kernel, grid, args, config, **flags):
+    """Launch `kernel`; if its pipeline does not fit in shared memory, retry with fewer stages."""
+    key = (kernel.fn.__name__, tuple(sorted(config.items())), tuple(sorted(flags.items())))
+    config = dict(config, num_stages=_STAGE_CAPS.get(key, config["num_stages"]))
+    while True:
+        try:
+            return kernel[grid](*args, **flags, **config)
+        except triton.runtime.errors.OutOfResources:
+            if config["num_stages"] <= 1:
+                raise
+            config["num_stages"] -= 1
+            _STAGE_CAPS[key] = config["num_stages"]
+
+
 def _forward(q, k, v, prob, config=None):
     config = prob.tiles(config or forward_config(prob.block_d, prob.causal))
     o = torch.empty_like(q)
     lse = prob.lse_buffer(q)
     sp = prob.sparse
     grid = (triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
-    _fwd_kernel[grid](
-        q, k, v, o, lse, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-        *(sp.row_lists() if sp else (q, q, q)),
-        *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
-        *_strides(o, prob.varlen), *prob.lse_strides(lse), prob.kpm_stride,
-        prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale * LOG2E,
-        prob.dropout_p, prob.seed, REVERSE=prob.causal and sp is None,
-        **prob.flags(), **config)
+    args = (q, k, v, o, lse, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+            *(sp.row_lists() if sp else (q, q, q)),
+            *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
+            *_strides(o, prob.varlen), *prob.lse_strides(lse), prob.kpm_stride,
+            prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale * LOG2E,
+            prob.dropout_p, prob.seed)
+    _launch(_fwd_kernel, grid, args, config, REVERSE=prob.causal and sp is None, **prob.flags())
     return o, lse
 
 
@@ -555,19 +571,20 @@ def _backward(do, q, k, v, o, lse, prob, configs=None):
         BLOCK_M=64, VARLEN=prob.varlen)
     common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
               *_strides(do, prob.varlen))
-    _bwd_dkdv_kernel[(triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]), prob.batch * prob.heads_kv)](
-        q, k, v, do, lse, delta, dk, dv, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-        *(sp.col_lists() if sp else (q, q, q)),
-        *common, *_strides(dk, prob.varlen), *_strides(dv, prob.varlen), *lse_strides,
-        prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group, prob.sm_scale,
-        prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, **flags, **dkdv_cfg)
-    _bwd_dq_kernel[(triton.cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]), prob.batch * prob.heads)](
-        q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-        *(sp.row_lists() if sp else (q, q, q)),
-        *common, *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
-        prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
-        prob.sm_scale * LOG2E, prob.dropout_p, prob.seed, REVERSE=prob.causal and sp is None,
-        **flags, **dq_cfg)
+    dkdv_args = (q, k, v, do, lse, delta, dk, dv, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+                 *(sp.col_lists() if sp else (q, q, q)),
+                 *common, *_strides(dk, prob.varlen), *_strides(dv, prob.varlen), *lse_strides,
+                 prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group,
+                 prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
+    _launch(_bwd_dkdv_kernel, (triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
+                               prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg, **flags)
+    dq_args = (q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+               *(sp.row_lists() if sp else (q, q, q)),
+               *common, *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
+               prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
+               prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
+    _launch(_bwd_dq_kernel, (triton.cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]), prob.batch * prob.heads),
+            dq_args, dq_cfg, REVERSE=prob.causal and sp is None, **flags)
     return dq, dk, dv
 
 

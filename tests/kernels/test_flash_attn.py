@@ -177,3 +177,29 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
     q = torch.randn(1, 4, 1, 16)
     with pytest.raises(RuntimeError, match="need CUDA tensors"):
         flash_attn_func(q, q, q)
+
+
+def test_launch_retries_with_fewer_stages_when_shared_memory_runs_out():
+    from triton.runtime.errors import OutOfResources
+
+    from kernels import flash_attn
+
+    calls = []
+
+    class FakeKernel:
+        class fn:
+            __name__ = "fake_kernel"
+
+        def __getitem__(self, grid):
+            def run(*args, num_stages, **kwargs):
+                calls.append(num_stages)
+                if num_stages > 2:
+                    raise OutOfResources(300000, 232448, "shared memory")
+                return "ran"
+            return run
+
+    config = {"BLOCK_M": 128, "num_stages": 4}
+    assert flash_attn._launch(FakeKernel(), (1,), (), config) == "ran"
+    assert calls == [4, 3, 2]
+    assert flash_attn._launch(FakeKernel(), (1,), (), config) == "ran"
+    assert calls[-1] == 2 and len(calls) == 4  # the fitting depth is remembered
