@@ -278,14 +278,17 @@ def render_table(ours: Ours, table: dict[str, Any], scale: str) -> list[str]:
                                   if col in extra else None)
         return f"{col} ({unit})" if unit and unit.lower() not in col.lower() else col
 
-    lines = [f"**{ptable.get('caption', table['paper_table'])}** — unit: {ptable['unit']}", "",
+    show_paper = table.get("show_paper", True)
+    caption = (f"**{ptable.get('caption', table['paper_table'])}** — unit: {ptable['unit']}"
+               if show_paper else f"**{table.get('title', '')}** — ours only")
+    lines = [caption, "",
              "| " + " | ".join(["row", "source"] + [header(c) for c in columns + extra]) + " |",
              "|" + "---|" * (2 + len(columns) + len(extra))]
     cache: dict[str, dict[str, tuple[Any, str]]] = {}
     paper_rows = ptable["rows"]
     our_rows = table.get("rows") or {}
-    for row in row_order(list(paper_rows) if table.get("show_paper", True) else [], list(our_rows)):
-        if row in paper_rows and table.get("show_paper", True):
+    for row in row_order(list(paper_rows) if show_paper else [], list(our_rows)):
+        if row in paper_rows and show_paper:
             vals = [MISSING if v is None else str(v) for v in paper_rows[row]] + [MISSING] * len(extra)
             lines.append("| " + " | ".join([row, "paper"] + vals) + " |")
         if row in our_rows:
