@@ -1,4 +1,4 @@
-"""The `smoke` scale of every recipe, actually run on CPU (the issue requires it), then reported.
+"""The `smoke` scale of every recipe, actually run on CPU, then reported.
 
 Runs go in-process (no ~5 s interpreter start per run) when there is no GPU; with a GPU they go
 through the subprocess executor so that TRITON_INTERPRET=1 reaches the CPU-only children without
