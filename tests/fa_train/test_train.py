@@ -65,14 +65,18 @@ def fake_lm(**kw):
             "vocab_size": 64, "n_train": 64, **kw}
 
 
-def test_exact_resume_same_step_same_data(tmp_path):
+@pytest.mark.parametrize("real_data", [False, True], ids=["fake-data", "real-lm-data"])
+def test_exact_resume_same_step_same_data(tmp_path, real_data):
+    """Stop at step 5, resume to 9 == run straight to 9, bit for bit (an epoch boundary at 6 for
+    the fake data; the real LMDataModule's own resumable loader for the real data)."""
     base = ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.seq_len=32",
-            "trainer.val_check_interval=100", "callbacks.checkpoint.every_n_train_steps=3"]
-    straight = train(make_cfg(tmp_path / "a", "default", base, data=fake_lm(n_train=24), steps=9))
-    first = train(make_cfg(tmp_path / "b", "default", base, data=fake_lm(n_train=24), steps=5))
+            "data.batch_size=4", "trainer.val_check_interval=100",
+            "callbacks.checkpoint.every_n_train_steps=3"]
+    data = None if real_data else fake_lm(n_train=24)
+    straight = train(make_cfg(tmp_path / "a", "default", base, data=data, steps=9))
+    first = train(make_cfg(tmp_path / "b", "default", base, data=data, steps=5))
     resumed = train(make_cfg(tmp_path / "c", "default",
-                             base + [f"resume={first['output_dir']}"], data=fake_lm(n_train=24),
-                             steps=9))
+                             base + [f"resume={first['output_dir']}"], data=data, steps=9))
     assert resumed["resumed_from"].endswith("last.ckpt") and resumed["global_step"] == 9
     sa = torch.load(straight["checkpoint"], weights_only=False)["state_dict"]
     sc = torch.load(resumed["checkpoint"], weights_only=False)["state_dict"]
