@@ -285,6 +285,8 @@ def train(cfg) -> dict:
     try:
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
+        if cfg.get("float32_matmul_precision") and torch.cuda.is_available():  # TF32 on GPUs
+            torch.set_float32_matmul_precision(str(cfg.float32_matmul_precision))
         L.seed_everything(int(cfg.seed), workers=True)
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         dm = instantiate(cfg.data, _convert_="all")
