@@ -12,6 +12,7 @@ from omegaconf import OmegaConf, open_dict
 
 from fa_train.train import CONFIG_DIR, REPO_ROOT, train
 
+os.environ.setdefault("FA_TRAIN_ROOT", str(REPO_ROOT))  # as fa-train does: caches under the repo
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
 try:
     from kernels import flash_attn_func  # noqa: F401
