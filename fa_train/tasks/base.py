@@ -73,8 +73,26 @@ class TaskModule(L.LightningModule):
     def count_tokens(self, n: int | torch.Tensor):
         self.tokens_seen += int(n)
 
+    def _has_grad_scaler(self) -> bool:
+        trainer = self._trainer
+        return getattr(getattr(trainer, "precision_plugin", None), "scaler", None) is not None
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None):
+        """Clip in place when no loss scaler is active (bf16 / fp32): gradients are already true
+        values, so fused AdamW can be clipped too. With a scaler, Lightning unscales first."""
+        if not gradient_clip_val or self._has_grad_scaler():
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val,
+                                                       gradient_clip_algorithm)
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(self.parameters(), gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val)
+
     def configure_optimizers(self):
         ocfg = dict(self.optimizer_cfg)
+        if ocfg.get("fused") is None and self._has_grad_scaler():
+            ocfg["fused"] = False  # a fused optimizer unscales internally: Lightning cannot clip it
         opt = build_optimizer(self.model, **ocfg)
         scfg = dict(self.scheduler_cfg)
         name = scfg.pop("name", "none")

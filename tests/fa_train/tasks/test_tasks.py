@@ -86,3 +86,27 @@ def test_classification_tasks(towers, multilabel):
     assert "val/acc" in m
     if multilabel:
         assert task.multi_label and "val/micro_f1" in m
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_gradient_clipping_works_with_fused_adamw(precision):
+    torch.manual_seed(0)
+    dm = FakeLMDataModule(batch_size=4, seq_len=8, vocab_size=16, n_train=32)
+    model = GPT(vocab_size=16, max_seq_len=8, n_layer=1, n_head=2, d_model=16, dropout=0.0,
+                attention="sdpa")
+    task = LanguageModelingTask(model, optimizer={"name": "adamw", "lr": 1e-2, "fused": True})
+    norms = []
+    original = torch.nn.utils.clip_grad_norm_
+
+    def spy(params, max_norm, *args, **kwargs):
+        params = list(params)
+        total = original(params, max_norm, *args, **kwargs)
+        norms.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))))
+        return total
+
+    torch.nn.utils.clip_grad_norm_ = spy
+    try:
+        _fit(task, dm, steps=3, precision=precision, gradient_clip_val=0.01)
+    finally:
+        torch.nn.utils.clip_grad_norm_ = original
+    assert len(norms) == 3 and max(norms) <= 0.01 + 1e-5  # clipped norms, every step
