@@ -18,11 +18,12 @@ class LossHistory(L.Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if not torch.is_tensor(loss) or not trainer.is_global_zero:
             return
+        loss = loss.detach() * trainer.accumulate_grad_batches  # Lightning divides it per micro-batch
         step = trainer.global_step  # one point per optimizer step (its last micro-batch)
         if self._train and self._train[-1][0] == step:
-            self._train[-1] = (step, loss.detach())
+            self._train[-1] = (step, loss)
         else:
-            self._train.append((step, loss.detach()))
+            self._train.append((step, loss))
 
     @property
     def train(self) -> list[tuple[int, float]]:

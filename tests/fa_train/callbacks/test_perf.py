@@ -34,3 +34,17 @@ def test_precision_aliases():
     assert resolve_precision("bf16-mixed") == "bf16-mixed"
     expect = "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
     assert resolve_precision("auto") == expect
+
+
+def test_loss_history_records_the_full_loss_under_gradient_accumulation():
+    torch.manual_seed(0)
+    dm = FakeLMDataModule(batch_size=4, seq_len=16, vocab_size=32, n_train=64)
+    model = GPT(vocab_size=32, max_seq_len=16, n_layer=1, n_head=2, d_model=32, attention="sdpa")
+    task = LanguageModelingTask(model, optimizer={"name": "adamw", "lr": 1e-9})
+    hist = LossHistory()
+    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, accumulate_grad_batches=4, callbacks=[hist])
+    trainer.fit(task, datamodule=dm)
+    # an untrained model over 32 tokens has a loss near ln(32) = 3.47, not 3.47 / 4
+    assert all(2.5 < loss < 4.5 for _, loss in hist.train)
