@@ -11,6 +11,7 @@ Rows that see no key produce zeros, lse = -inf, and zero gradients.
 """
 import math
 import os
+from typing import List, Optional, Tuple
 
 import torch
 import triton
@@ -591,24 +592,81 @@ def _backward(do, q, k, v, o, lse, prob, configs=None):
 # --------------------------------------------------------------------------------------------
 # Autograd
 # --------------------------------------------------------------------------------------------
-class FlashAttentionFunction(torch.autograd.Function):
-    """Exact attention whose backward recomputes P from Q, K and the saved log-sum-exp."""
+class _SparseLists:
+    """CSR block lists handed to the kernels: (row_ptr, row_split, col_idx, col_ptr, col_split,
+    row_idx) of a layout at `block` tokens per block."""
 
-    @staticmethod
-    def forward(ctx, q, k, v, prob):
-        o, lse = _forward(q, k, v, prob)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.prob = prob
-        ctx.mark_non_differentiable(lse)
-        return o, lse
+    def __init__(self, block, lists):
+        self.block, self.lists = block, lists
 
-    @staticmethod
-    def backward(ctx, do, _dlse):
-        q, k, v, o, lse = ctx.saved_tensors
-        if do.stride(-1) != 1:
-            do = do.contiguous()
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.prob)
-        return dq, dk, dv, None
+    def row_lists(self):
+        return self.lists[:3]
+
+    def col_lists(self):
+        return self.lists[3:]
+
+
+def _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
+             dropout_p):
+    seed = int(seed.item()) if dropout_p > 0.0 else 0
+    lists = _SparseLists(block, sparse) if sparse else None
+    return _Problem(q, k, sm_scale, causal, kpm, cu_q, cu_k, max_q, max_k, dropout_p, seed, lists)
+
+
+# A torch custom op, so that torch.compile keeps attention inside its graph as one opaque node.
+@torch.library.custom_op("fa_train::flash_attn_fwd", mutates_args=())
+def _flash_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
+                  kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
+                  cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+                  block: int, causal: bool, sm_scale: float,
+                  dropout_p: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
+                    dropout_p)
+    return _forward(q, k, v, prob)
+
+
+@_flash_fwd_op.register_fake
+def _(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale, dropout_p):
+    if cu_q is not None:
+        lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    else:
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return torch.empty_like(q), lse
+
+
+@torch.library.custom_op("fa_train::flash_attn_bwd", mutates_args=())
+def _flash_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  o: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor,
+                  kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
+                  cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+                  block: int, causal: bool, sm_scale: float,
+                  dropout_p: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
+                    dropout_p)
+    return _backward(do if do.stride(-1) == 1 else do.contiguous(), q, k, v, o, lse, prob)
+
+
+@_flash_bwd_op.register_fake
+def _(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
+      dropout_p):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _save_for_backward(ctx, inputs, output):
+    q, k, v, seed, kpm, cu_q, cu_k, sparse, *options = inputs
+    ctx.save_for_backward(q, k, v, *output, seed, kpm, cu_q, cu_k, *sparse)
+    ctx.options = options
+    ctx.mark_non_differentiable(output[1])
+
+
+def _attention_backward(ctx, do, _dlse):
+    q, k, v, o, lse, seed, kpm, cu_q, cu_k, *sparse = ctx.saved_tensors
+    dq, dk, dv = _flash_bwd_op(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, *ctx.options)
+    # one entry per input: seed, kpm, cu_q, cu_k, the sparse list, then the six options
+    return (dq, dk, dv, None, None, None, None, [None] * len(sparse)) + (None,) * len(ctx.options)
+
+
+_flash_fwd_op.register_autograd(_attention_backward, setup_context=_save_for_backward)
 
 
 # --------------------------------------------------------------------------------------------
@@ -678,12 +736,17 @@ def check_key_padding_mask(key_padding_mask, q, k):
 
 def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu_k=None,
                    max_q=None, max_k=None, sparse=None):
-    """Run the autograd Function for prepared inputs; returns (out, lse)."""
+    """Run the attention op (with autograd) for prepared inputs; returns (out, lse).
+
+    sparse: a block-sparse index with `block`, `row_lists()` and `col_lists()`, or None.
+    """
     _check_dropout(dropout_p)
-    seed = next_dropout_seed() if dropout_p > 0.0 else 0
-    prob = _Problem(q, k, _scale(softmax_scale, q.shape[-1]), bool(causal), kpm, cu_q, cu_k,
-                    max_q, max_k, float(dropout_p), seed, sparse)
-    return FlashAttentionFunction.apply(q, k, v, prob)
+    # drawn like next_dropout_seed(), as a tensor so that compiled graphs need not leave the graph
+    seed = torch.randint(0, 2**31 - 1, (1,)) if dropout_p > 0.0 else torch.zeros(1, dtype=torch.int64)
+    lists = [*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else []
+    return _flash_fwd_op(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
+                         sparse.block if sparse is not None else 0, bool(causal),
+                         _scale(softmax_scale, q.shape[-1]), float(dropout_p))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,

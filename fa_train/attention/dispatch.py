@@ -163,14 +163,14 @@ def _check_triton_device(q, impl):
 
 
 def _opaque_to_compile(fn):
-    """torch.compile treats the Triton kernel calls as opaque eager calls (a graph break around
-    attention) instead of tracing the launch wrappers; the rest of the model still compiles."""
+    """torch.compile runs `fn` eagerly (a graph break): block-sparse layouts and their index are
+    built and cached in Python, which tracing cannot follow. The dense flash path needs no break:
+    the kernels are a torch custom op that compiled graphs call as one node."""
     disable = getattr(getattr(torch, "compiler", None), "disable", None)
     return disable(fn) if disable is not None else fn
 
 
 @register("flash")
-@_opaque_to_compile
 def flash_attention(q, k, v, causal=False, dropout_p=0.0, key_padding_mask=None,
                     softmax_scale=None, cu_seqlens=None, max_seqlen=None, **_):
     _check_triton_device(q, "flash")

@@ -203,3 +203,17 @@ def test_launch_retries_with_fewer_stages_when_shared_memory_runs_out():
     assert calls == [4, 3, 2]
     assert flash_attn._launch(FakeKernel(), (1,), (), config) == "ran"
     assert calls[-1] == 2 and len(calls) == 4  # the fitting depth is remembered
+
+
+def test_torch_compile_keeps_attention_in_the_graph():
+    torch.manual_seed(8)
+    q, k, v = qkv(1, 40, 40, 2, 2, 16)
+    explanation = torch._dynamo.explain(
+        lambda q, k, v: flash_attn_func(q, k, v, causal=True, dropout_p=0.1))(q, k, v)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    compiled = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True),
+                             backend="aot_eager", fullgraph=True)
+    out, grads, g = run_with_grads(compiled, [q, k, v])
+    ref, ref_grads, _ = run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, causal=True),
+                                       [q, k, v], g)
+    assert torch.equal(out, ref) and all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
