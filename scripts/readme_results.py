@@ -1,0 +1,147 @@
+"""Render the README's results section from the committed result files (no number typed by hand).
+
+Usage: python scripts/readme_results.py [--check]
+Rewrites the block between `<!-- results:begin -->` and `<!-- results:end -->` in README.md;
+with --check, exits 1 if the README is out of date instead.
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def load(path):
+    return json.loads((ROOT / path).read_text())
+
+
+def index(rows, *keys):
+    return {tuple(r[k] for k in keys): r for r in rows}
+
+
+def fmt(row, field="tflops", digits=0):
+    if row is None:
+        return "–"
+    if row.get("status") != "ok":
+        return row.get("status", "–")
+    return f"{row[field]:.{digits}f}"
+
+
+def source(env, path):
+    return f"{env['gpu']}, {env['date'][:10]}, torch {env['torch']}, triton {env['triton']} (`{path}`)"
+
+
+def dense_table():
+    path = "reports/bench/attention/attention.json"
+    data = load(path)
+    rows = index(data["rows"], "impl", "head_dim", "causal", "seqlen", "pass")
+    impls = ["flash", "sdpa_flash", "flex", "sdpa_cudnn", "standard"]
+    lines = [f"Dense attention, bf16, TFLOP/s, batch × seqlen = 16K tokens, hidden 2048 — {source(data['environment'], path)}:",
+             "", "| d | causal | N | pass | ours (flash) | sdpa_flash (FA2) | flex | sdpa_cudnn | standard |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for d in (64, 128):
+        for causal in (0, 1):
+            for n in (1024, 4096, 16384):
+                for p in ("fwd", "fwd+bwd"):
+                    cells = [fmt(rows.get((i, d, causal, n, p))) for i in impls]
+                    lines.append(f"| {d} | {causal} | {n} | {p} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def long_and_dropout():
+    path = "reports/bench/attention_long/attention.json"
+    data = load(path)
+    rows = index(data["rows"], "impl", "seqlen")
+    lines = ["", f"Long causal sequences (batch 1, 16 heads, d = 64, fwd+bwd) — {source(data['environment'], path)}:",
+             "", "| N | ours TFLOP/s | ours peak GiB | sdpa_flash TFLOP/s | sdpa_cudnn TFLOP/s |",
+             "|---|---|---|---|---|"]
+    for n in (32768, 65536):
+        f = rows.get(("flash", n))
+        lines.append(f"| {n} | {fmt(f)} | {fmt(f, 'peak_mem_gib', 2)} | "
+                     f"{fmt(rows.get(('sdpa_flash', n)))} | {fmt(rows.get(('sdpa_cudnn', n)))} |")
+    path = "reports/bench/attention_dropout_padding/attention.json"
+    data = load(path)
+    rows = index(data["rows"], "impl", "seqlen", "pass")
+    lines += ["", f"Paper Figure 3 setting (dropout 0.1 + key padding mask, d = 64, fwd+bwd, ms) — {source(data['environment'], path)}:",
+              "", "| N | ours (flash) | standard | sdpa_efficient | sdpa_cudnn |", "|---|---|---|---|---|"]
+    for n in (512, 1024, 4096, 16384, 65536):
+        cells = [fmt(rows.get((i, n, "fwd+bwd")), "ms", 2)
+                 for i in ("flash", "standard", "sdpa_efficient", "sdpa_cudnn")]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def io_and_blocksparse():
+    path = "reports/bench/io/io.json"
+    data = load(path)
+    rows = index(data["rows"], "impl")
+    lines = ["", f"Paper Figure 2 left (GPT-2 medium attention: N = 1024, d = 64, 16 heads, batch 64, fwd+bwd) — {source(data['environment'], path)}:",
+             "", "| impl | GFLOPs executed | HBM read+write (GB, Nsight Compute) | runtime (ms) |", "|---|---|---|---|"]
+    for impl in ("standard", "flash"):
+        r = rows[(impl,)]
+        lines.append(f"| {impl} | {r['gflops_executed']:.0f} | {r['hbm_gb']:.2f} | {r['ms']:.2f} |")
+    lines += ["", "Block-sparse, butterfly layouts at 128-token blocks, effective TFLOP/s "
+              "(density × dense FLOPs / time):", "",
+              "| d | N | k | density | pass | ours dense | ours block-sparse | flex (same mask) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for path, dims in (("reports/bench/blocksparse/blocksparse.json", (64,)),
+                       ("reports/bench/blocksparse_d128/blocksparse.json", (128,))):
+        data = load(path)
+        rows = index(data["rows"], "impl", "head_dim", "seqlen", "layout", "pass")
+        for d in dims:
+            for n in (4096, 16384):
+                for k in (2, 4):
+                    for p in ("fwd", "fwd+bwd"):
+                        bs = rows.get(("blocksparse", d, n, f"k={k}", p))
+                        if bs is None:
+                            continue
+                        dense = rows.get(("flash", d, n, "dense", p))
+                        flex = rows.get(("flex", d, n, f"k={k}", p))
+                        lines.append(f"| {d} | {n} | {k} | {bs['density']:.3f} | {p} | {fmt(dense, 'tflops_effective')} | "
+                                     f"{fmt(bs, 'tflops_effective')} | {fmt(flex, 'tflops_effective')} |")
+        lines.append(f"| | | | | | | _{source(data['environment'], path)}_ | |")
+    return lines
+
+
+def training():
+    path = "reports/table2_gpt2/gpu/results.json"
+    data = load(path)
+    lines = ["", f"GPT-2 training, seq 1024, bf16, one GPU (recipe table2_gpt2, scale gpu; `{path}`):", "",
+             "| run | attention | torch.compile | tokens/s | MFU | peak GiB | loss after the run |",
+             "|---|---|---|---|---|---|---|"]
+    for name, run in data["runs"].items():
+        m = run.get("metrics") or {}
+        if run.get("status") != "ok":
+            lines.append(f"| {name} | – | – | {run.get('status')} | – | – | – |")
+            continue
+        compiled = "yes" if run["overrides"].get("task.compile") else "no"
+        lines.append(f"| {name} | {m['attention']} | {compiled} | {m['tokens_per_sec_per_device']:,.0f} | "
+                     f"{100 * m['mfu']:.1f}% | {m['peak_memory_gib']:.1f} | {m['loss_end']:.3f} |")
+    devices = sorted({(r.get("metrics") or {}).get("device_name", "?") for r in data["runs"].values()})
+    lines.append(f"\n_{', '.join(devices)}; {data['created'][:10]}._")
+    return lines
+
+
+def render():
+    lines = dense_table() + long_and_dropout() + io_and_blocksparse() + training()
+    return "\n".join([BEGIN, *lines, END])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        sys.exit(f"README.md lacks the {BEGIN} ... {END} markers")
+    new = text[:text.index(BEGIN)] + render() + text[text.index(END) + len(END):]
+    if args.check:
+        sys.exit(0 if new == text else "README.md results are out of date: run scripts/readme_results.py")
+    readme.write_text(new)
+
+
+if __name__ == "__main__":
+    main()
