@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, environment, make_progress,
+from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, environment, make_progress,
                                    parse_dtype, resolve_device)
 from fa_train.bench.impls import ATTENTION_IMPL_NAMES, Case, default_impls, padding_lengths
 from fa_train.bench.report import Plot, Table, write_reports
@@ -36,7 +36,7 @@ def _check_list(name, values, allowed=None, positive=False):
 
 
 @dataclass
-class AttentionBenchConfig:
+class AttentionBenchConfig(RunOptions):
     impls: list = field(default_factory=lambda: list(ATTENTION_IMPL_NAMES))
     seqlens: list = field(default_factory=lambda: list(DEFAULT_SEQLENS))
     head_dims: list = field(default_factory=lambda: [64, 128])
@@ -47,12 +47,6 @@ class AttentionBenchConfig:
     dtype: str = "bf16"
     tokens: int = 16384
     hidden: int = 2048
-    device: str = "cuda"
-    warmup_ms: int = 25
-    rep_ms: int = 100
-    seed: int = 0
-    check: bool = True
-    progress: bool = True
 
     def validate(self, known_impls=ATTENTION_IMPL_NAMES):
         self.impls = _check_list("impls", self.impls, allowed=known_impls)

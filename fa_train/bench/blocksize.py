@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from fa_train.bench.attention import _check_list, make_inputs
-from fa_train.bench.common import (Unsupported, bench_time, environment, free_memory, is_oom,
-                                   make_progress, parse_dtype, resolve_device, short_reason)
+from fa_train.bench.common import (RunOptions, Unsupported, bench_time, environment, free_memory,
+                                   is_oom, make_progress, parse_dtype, resolve_device,
+                                   short_reason)
 from fa_train.bench.impls import _accepts, _kernel
 from fa_train.bench.report import Plot, Table, write_reports
 from fa_train.metrics.flops import attention_flops
@@ -34,7 +35,7 @@ def parse_block(text):
 
 
 @dataclass
-class BlocksizeBenchConfig:
+class BlocksizeBenchConfig(RunOptions):
     blocks: list = field(default_factory=lambda: ["16", "32", "64", "128", "256"])
     batch: int = 64
     seqlen: int = 1024
@@ -42,12 +43,6 @@ class BlocksizeBenchConfig:
     head_dim: int = 64
     causal: bool = False
     dtype: str = "bf16"
-    device: str = "cuda"
-    warmup_ms: int = 25
-    rep_ms: int = 100
-    seed: int = 0
-    check: bool = True
-    progress: bool = True
 
     def validate(self):
         self.blocks = [f"{m}x{n}" for m, n in map(parse_block, _check_list("blocks", self.blocks))]

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from fa_train.bench.attention import _check_list, make_inputs, shape_for
-from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, environment, make_progress,
+from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, environment, make_progress,
                                    parse_dtype, resolve_device)
 from fa_train.bench.impls import (AttentionImpl, Built, Case, FlashImpl, _check_triton_device,
                                   _from_bhnd, _identity, _kernel, _leaves_bhnd, _leaves_bnhd,
@@ -129,7 +129,7 @@ class FlexBlocksparseImpl(AttentionImpl):
 
 
 @dataclass
-class BlocksparseBenchConfig:
+class BlocksparseBenchConfig(RunOptions):
     seqlens: list = field(default_factory=lambda: [4096, 16384, 65536])
     head_dims: list = field(default_factory=lambda: [64, 128])
     factors: list = None  # ints or "max"; default [1, 2, 3, 4, "max"] unless densities given
@@ -141,12 +141,6 @@ class BlocksparseBenchConfig:
     dtype: str = "bf16"
     tokens: int = 16384
     hidden: int = 2048
-    device: str = "cuda"
-    warmup_ms: int = 25
-    rep_ms: int = 100
-    seed: int = 0
-    check: bool = True
-    progress: bool = True
 
     def validate(self):
         self.seqlens = sorted(_check_list("seqlens", self.seqlens, positive=True))

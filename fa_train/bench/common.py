@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +26,18 @@ CHECK_MAX_SEQLEN = 8192
 
 class Unsupported(Exception):
     """An implementation cannot run this case; the message says why."""
+
+
+@dataclass
+class RunOptions:
+    """Options every benchmark shares: where it runs, how long it times, what it checks."""
+
+    device: str = "cuda"
+    warmup_ms: int = 25
+    rep_ms: int = 100
+    seed: int = 0
+    check: bool = True
+    progress: bool = True
 
 
 def parse_dtype(name):

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from fa_train.bench.attention import _check_list, make_inputs
-from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, environment, make_progress,
+from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, environment, make_progress,
                                    parse_dtype, resolve_device)
 from fa_train.bench.impls import Case, default_impls
 from fa_train.bench.ncu import NcuError, profile_worker
@@ -38,7 +38,7 @@ def executed_flops(impl, batch, seqlen, heads, head_dim, causal, mode):
 
 
 @dataclass
-class IOBenchConfig:
+class IOBenchConfig(RunOptions):
     impls: list = field(default_factory=lambda: ["standard", "flash"])
     batch: int = 64
     seqlen: int = 1024
@@ -48,12 +48,6 @@ class IOBenchConfig:
     passes: list = field(default_factory=lambda: ["fwd+bwd"])
     dtype: str = "bf16"
     ncu: str = "ncu"  # None: skip the byte count
-    device: str = "cuda"
-    warmup_ms: int = 25
-    rep_ms: int = 100
-    seed: int = 0
-    check: bool = True
-    progress: bool = True
 
     def validate(self, known_impls=None):
         known = tuple(known_impls or default_impls())
