@@ -15,7 +15,6 @@ from fa_train.bench.attention import _check_list, make_inputs
 from fa_train.bench.common import (RunOptions, Unsupported, bench_time, environment, free_memory,
                                    is_oom, make_progress, parse_dtype, resolve_device,
                                    short_reason)
-from fa_train.bench.impls import _accepts, _kernel
 from fa_train.bench.report import Plot, Table, write_reports
 from fa_train.metrics.flops import attention_flops
 
@@ -56,7 +55,8 @@ class BlocksizeBenchConfig(RunOptions):
 def _forward_fn(device):
     if device.type != "cuda":
         raise Unsupported("kernels.flash_attn_forward runs Triton kernels: needs CUDA")
-    return _kernel("flash_attn_forward")
+    from kernels import flash_attn_forward
+    return flash_attn_forward
 
 
 def run_blocksize_bench(config, forward=None):
@@ -82,12 +82,9 @@ def run_blocksize_bench(config, forward=None):
                    "ms": None, "ms_p20": None, "ms_p80": None, "tflops": None}
             try:
                 fn = forward or _forward_fn(device)
-                extra = {"causal": True} if config.causal else {}
-                if config.causal and not _accepts(fn, "causal"):
-                    raise Unsupported("the forward function takes no causal argument")
 
-                def call(fn=fn, extra=extra):
-                    return fn(q, k, v, block_m=block_m, block_n=block_n, **extra)
+                def call(fn=fn):
+                    return fn(q, k, v, causal=config.causal, block_m=block_m, block_n=block_n)
                 call()
                 row.update(bench_time(call, device, config.warmup_ms, config.rep_ms))
                 row["tflops"] = flops / (row["ms"] * 1e-3) / 1e12

@@ -7,7 +7,6 @@ of our dense flash on the same shape, causal flag and pass.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -16,7 +15,7 @@ from fa_train.bench.attention import _check_list, make_inputs, shape_for
 from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, environment, make_progress,
                                    parse_dtype, resolve_device)
 from fa_train.bench.impls import (AttentionImpl, Built, Case, FlashImpl, _check_triton_device,
-                                  _from_bhnd, _identity, _kernel, _leaves_bhnd, _leaves_bnhd,
+                                  _from_bhnd, _identity, _leaves_bhnd, _leaves_bnhd,
                                   flex_attention_fn, flex_block_mask)
 from fa_train.bench.report import Plot, Table, write_reports
 from fa_train.bench.runner import measure, reference_output
@@ -61,35 +60,6 @@ def expand_layout(layout, block, seqlen):
     return layout.repeat_interleave(block, 0)[:seqlen].repeat_interleave(block, 1)[:, :seqlen]
 
 
-def _blocksparse_call(func, layout, block, causal, seqlen):
-    """A call of kernels.blocksparse_attn_func with the layout bound, built from its signature.
-
-    When kernels exports BlockSparseIndex, the per-row / per-column block lists are built here,
-    once, so the timed call is the kernels alone.
-    """
-    import kernels
-    params = inspect.signature(func).parameters
-    kwargs = {}
-    for name in ("block_size", "block"):
-        if name in params:
-            kwargs[name] = block
-            break
-    if "causal" in params:
-        kwargs["causal"] = causal
-    elif causal:
-        raise NotImplementedError("kernels.blocksparse_attn_func takes no causal argument")
-    index = getattr(kernels, "BlockSparseIndex", None)
-    if index is not None and hasattr(index, "from_layout"):
-        build_params = inspect.signature(index.from_layout).parameters
-        if {"seqlen_q", "seqlen_k", "causal"} <= set(build_params):
-            layout = index.from_layout(layout, block, seqlen_q=seqlen, seqlen_k=seqlen,
-                                       causal=causal)
-    for name in ("layout", "block_mask"):
-        if name in params:
-            return lambda q, k, v, **kw: func(q, k, v, **{name: layout}, **kwargs, **kw)
-    return lambda q, k, v, **kw: func(q, k, v, layout, **kwargs, **kw)
-
-
 class BlocksparseImpl(AttentionImpl):
     """Our kernels.blocksparse_attn_func with a fixed layout, (B, N, H, d)."""
     name = "blocksparse"
@@ -99,14 +69,16 @@ class BlocksparseImpl(AttentionImpl):
 
     def check_support(self, case):
         _check_triton_device(case, "blocksparse")
-        _kernel("blocksparse_attn_func")
 
     def build(self, case, q, k, v, dropout_p):
-        call = _blocksparse_call(_kernel("blocksparse_attn_func"), self.layout.to(case.device),
-                                 self.block, case.causal, case.seqlen)
+        from kernels import BlockSparseIndex, blocksparse_attn_func
+        # the CSR block lists are built once here, so the timed call is the kernels alone
+        index = BlockSparseIndex.from_layout(self.layout.to(case.device), self.block,
+                                             case.seqlen, case.seqlen, case.causal)
         leaves = _leaves_bnhd(q, k, v)
-        extra = {"dropout_p": dropout_p} if dropout_p else {}
-        return Built(lambda: call(*leaves, **extra), leaves, _identity)
+        return Built(lambda: blocksparse_attn_func(*leaves, index, block_size=self.block,
+                                                   causal=case.causal, dropout_p=dropout_p),
+                     leaves, _identity)
 
 
 class FlexBlocksparseImpl(AttentionImpl):

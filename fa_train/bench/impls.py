@@ -13,7 +13,6 @@ of its output back to (B, N, H, d) for the correctness guard.
 """
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -62,13 +61,6 @@ class Built:
     to_bnhd: Callable[[torch.Tensor], torch.Tensor]
 
 
-def _accepts(fn, name):
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _leaves_bnhd(q, k, v):
     return [t.detach().requires_grad_() for t in (q, k, v)]
 
@@ -96,17 +88,6 @@ class AttentionImpl:
         raise NotImplementedError
 
 
-def _kernel(name):
-    try:
-        import kernels
-    except ImportError as exc:  # pragma: no cover - kernels ships with the project
-        raise Unsupported(f"the kernels package cannot be imported ({exc})") from exc
-    fn = getattr(kernels, name, None)
-    if fn is None:
-        raise Unsupported(f"kernels.{name} is not available (not exported by kernels/__init__.py)")
-    return fn
-
-
 def _check_triton_device(case, what):
     if case.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise Unsupported(f"{what} runs Triton kernels: needs CUDA (or TRITON_INTERPRET=1)")
@@ -117,31 +98,13 @@ class FlashImpl(AttentionImpl):
 
     def check_support(self, case):
         _check_triton_device(case, "flash")
-        func = _kernel("flash_attn_func")
-        if case.padding and not _accepts(func, "key_padding_mask"):
-            _kernel("flash_attn_varlen_func")
 
     def build(self, case, q, k, v, dropout_p):
-        func = _kernel("flash_attn_func")
-        causal = case.causal
-        mask = case.key_padding_mask
-        if mask is None or _accepts(func, "key_padding_mask"):
-            leaves = _leaves_bnhd(q, k, v)
-            extra = {} if mask is None else {"key_padding_mask": mask}
-            return Built(lambda: func(*leaves, dropout_p=dropout_p, causal=causal, **extra),
-                         leaves, _identity)
-        # Packed variable-length input: unpad once here, so the timed call is the kernel alone.
-        from fa_train.attention import pad_input, unpad_input
-        varlen = _kernel("flash_attn_varlen_func")
-        b, n = case.batch, case.seqlen
-        packed = []
-        for t in (q, k, v):
-            tu, idx, cu, max_len = unpad_input(t.detach(), mask)
-            packed.append(tu.contiguous().requires_grad_())
-
-        def fn():
-            return varlen(*packed, cu, cu, max_len, max_len, dropout_p=dropout_p, causal=causal)
-        return Built(fn, packed, lambda out: pad_input(out, idx, b, n))
+        from kernels import flash_attn_func
+        leaves = _leaves_bnhd(q, k, v)
+        return Built(lambda: flash_attn_func(*leaves, dropout_p=dropout_p, causal=case.causal,
+                                             key_padding_mask=case.key_padding_mask),
+                     leaves, _identity)
 
 
 class StandardImpl(AttentionImpl):

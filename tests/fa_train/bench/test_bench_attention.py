@@ -171,3 +171,11 @@ def test_gpu_attention_smoke(tmp_path):
             assert r["status"] == "ok" and r["peak_mem_bytes"] > 0
     write_attention_reports(rows, tmp_path, AttentionBenchConfig(**cfg))
     assert (tmp_path / "attention_memory.png").exists()
+
+
+def test_flash_impl_with_padding_runs_the_kernel_under_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cfg = AttentionBenchConfig(**dict(TINY, impls=["flash"], seqlens=[32], causal=[1],
+                                      passes=["fwd+bwd"], padding=True))
+    rows = run_attention_bench(cfg)
+    assert rows and all(r["status"] == "ok" and r["check_passed"] for r in rows), rows

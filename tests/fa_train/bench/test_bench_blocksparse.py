@@ -102,7 +102,7 @@ def test_blocksparse_cli_errors(capsys, tmp_path):
 
 
 def test_blocksize_with_fake_forward(tmp_path):
-    def fake_forward(q, k, v, block_m, block_n):
+    def fake_forward(q, k, v, causal, block_m, block_n):
         if block_m == 256:
             raise ValueError("block_m 256 needs too much shared memory")
         if block_n == 8:
@@ -123,20 +123,6 @@ def test_blocksize_with_fake_forward(tmp_path):
         parse_block("64y2")
 
 
-def test_blocksparse_call_binds_layout_block_and_causal():
-    from fa_train.bench.blocksparse import _blocksparse_call
-    seen = {}
-
-    def fake(q, k, v, layout, block_size=128, dropout_p=0.0, causal=False):
-        seen.update(layout=layout, block_size=block_size, causal=causal, dropout_p=dropout_p)
-        return q
-    layout = butterfly_layout(256, 64)
-    call = _blocksparse_call(fake, layout, 64, True, 256)
-    call(1, 2, 3, dropout_p=0.1)
-    assert seen["block_size"] == 64 and seen["causal"] is True and seen["dropout_p"] == 0.1
-    assert seen["layout"] is not None
-
-
 @pytest.mark.gpu
 def test_gpu_blocksparse_smoke(tmp_path):
     cfg = BlocksparseBenchConfig(seqlens=[512], head_dims=[64], factors=[1], block=128,
@@ -148,3 +134,16 @@ def test_gpu_blocksparse_smoke(tmp_path):
         assert r["check_passed"], r
     assert all(r["ratio_to_dense"] for r in rows if r["impl"] != "flash")
     write_blocksparse_reports(rows, tmp_path, cfg)
+
+
+def test_blocksparse_and_flash_impls_run_the_kernels_under_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cfg = BlocksparseBenchConfig(seqlens=[64], head_dims=[16], factors=[1], block=32, tokens=64,
+                                 hidden=32, dtype="fp32", device="cpu", warmup_ms=0, rep_ms=1,
+                                 impls=["blocksparse", "flash"], passes=["fwd+bwd"],
+                                 progress=False)
+    rows = run_blocksparse_bench(cfg)
+    assert {r["impl"] for r in rows} == {"flash", "blocksparse"}
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["check_passed"], r
