@@ -2,7 +2,7 @@
 
 The task (Linsley et al. 2018, used by LRA): a grayscale image holds two target "snakes" made of
 short dashes ("paddles") plus distractor snakes; two circle markers are drawn; label 1 iff both
-markers lie on the same snake. Parameters follow `/work/shared/specs/lra.md` (one
+markers lie on the same snake. Parameters follow the LRA data specification (one
 `PathfinderParams` per resolution, `pathfinder_params` picks the difficulty).
 
 Why it is fast (a straightforward port spends seconds per image restarting whole snakes):
