@@ -672,9 +672,14 @@ _flash_fwd_op.register_autograd(_attention_backward, setup_context=_save_for_bac
 # --------------------------------------------------------------------------------------------
 # Input checks and public API
 # --------------------------------------------------------------------------------------------
+def _draw_seed():
+    """A dropout seed as a (1,) int64 CPU tensor from torch's default generator (torch.manual_seed)."""
+    return torch.randint(0, 2**31 - 1, (1,))
+
+
 def next_dropout_seed():
-    """Seed of the next dropout call, drawn from torch's default generator (torch.manual_seed)."""
-    return int(torch.randint(0, 2**31 - 1, (1,)).item())
+    """Seed of the next dropout call: the value the next call with dropout will draw."""
+    return int(_draw_seed().item())
 
 
 def _check_tensor(name, x, ndim):
@@ -741,8 +746,8 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     sparse: a block-sparse index with `block`, `row_lists()` and `col_lists()`, or None.
     """
     _check_dropout(dropout_p)
-    # drawn like next_dropout_seed(), as a tensor so that compiled graphs need not leave the graph
-    seed = torch.randint(0, 2**31 - 1, (1,)) if dropout_p > 0.0 else torch.zeros(1, dtype=torch.int64)
+    # a tensor, so that compiled graphs need not leave the graph to draw it
+    seed = _draw_seed() if dropout_p > 0.0 else torch.zeros(1, dtype=torch.int64)
     lists = [*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else []
     return _flash_fwd_op(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
                          sparse.block if sparse is not None else 0, bool(causal),
