@@ -7,6 +7,8 @@
                        [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0] [--block 128]
   fa-bench blocksize   --out DIR [--blocks 16,32,64,128,256 or MxN tokens]
   fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
+  fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
+                       [--compile 0,1] [--batch 16] [--seqlen 1024] [--steps 20] [--profile]
 """
 from __future__ import annotations
 
@@ -110,6 +112,19 @@ def build_parser():
     p.add_argument("--passes", type=_words("--passes"), default=["fwd+bwd"])
     p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute byte count")
     p.add_argument("--ncu", default="ncu", help="ncu executable")
+
+    p = sub.add_parser("train-step", help="GPT-2 training tokens/s without the trainer")
+    _add_common(p, quick=False)
+    p.add_argument("--models", type=_words("--models"), default=["gpt2-small"])
+    p.add_argument("--impls", type=_words("--impls"), default=["standard", "sdpa", "flash"])
+    p.add_argument("--compile", type=_list(int, "--compile"), default=[0, 1], help="0,1")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seqlen", type=int, default=1024)
+    p.add_argument("--vocab-size", type=int, default=50257)
+    p.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps (compilation)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile 3 steps: GPU busy time and top kernels")
     return parser
 
 
@@ -154,6 +169,14 @@ def configure(args):
             head_dim=args.head_dim, causal=bool(args.causal), passes=args.passes,
             ncu=None if args.no_ncu else args.ncu, **common)
         return config.validate(), mod.run_io_bench, mod.write_io_reports
+    if args.command == "train-step":
+        from fa_train.bench import train_step as mod
+        common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
+        config = mod.TrainStepBenchConfig(
+            models=args.models, impls=args.impls, compile=args.compile, batch=args.batch,
+            seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
+            warmup_steps=args.warmup_steps, profile=args.profile, **common)
+        return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
 
 

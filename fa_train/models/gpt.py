@@ -27,6 +27,7 @@ GPT2_PRESETS = {
 @dataclass
 class GPTConfig:
     vocab_size: int = 50257
+    vocab_multiple: int = 64         # embedding rows padded to a multiple (fast lm_head matmul)
     max_seq_len: int = 1024          # context length (learned position table size), up to 64K
     n_layer: int = 12
     n_head: int = 12
@@ -92,12 +93,15 @@ class GPT(nn.Module):
         cfg = config or GPTConfig(**kwargs)
         self.config = cfg
         self.attention = build_attention(cfg.attention)
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.vocab_multiple < 1:
+            raise ValueError(f"vocab_multiple must be >= 1, got {cfg.vocab_multiple}")
+        padded_vocab = -(-cfg.vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
+        self.wte = nn.Embedding(padded_vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([Block(cfg, self.attention) for _ in range(cfg.n_layer)])
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.d_model, padded_vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
@@ -114,7 +118,9 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding: bool = False) -> int:
+        """Parameters of the model (the embedding's padding rows not counted)."""
         n = sum(p.numel() for p in self.parameters())
+        n -= (self.wte.num_embeddings - self.config.vocab_size) * self.config.d_model
         return n - self.wpe.weight.numel() if non_embedding else n
 
     def flops_shape(self) -> dict:
@@ -123,7 +129,10 @@ class GPT(nn.Module):
         return dict(n_params=self.num_params(), n_layers=c.n_layer, n_heads=c.n_head,
                     head_dim=c.d_model // c.n_head)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, N, vocab_size); with ``targets`` (B, N; -100 = ignored) the mean next-token
+        cross entropy instead, computed in float32 inside the same (possibly compiled) graph, so
+        float32 logits are never materialized on their own."""
         b, n = idx.shape
         if n > self.config.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds model.max_seq_len "
@@ -135,4 +144,8 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return self.lm_head(self.ln_f(x))
+        logits = self.lm_head(self.ln_f(x))[..., :self.config.vocab_size]
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
+                               ignore_index=-100)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from fa_train.tasks.base import TaskModule, batch_get
 
@@ -13,6 +12,8 @@ class LanguageModelingTask(TaskModule):
     """Batch: {"input_ids": (B, N), "labels": (B, N)} (labels already shifted, -100 ignored),
     a tuple (input_ids, labels), or {"input_ids": (B, N+1)} alone (shifted here).
 
+    The model is called as ``model(input_ids, targets=labels)`` and returns the mean loss (as
+    fa_train.models.GPT does), so a compiled model computes the loss inside its graph.
     Logs ``{stage}/loss`` and, for val/test, ``{stage}/ppl`` = exp(token-weighted mean loss).
     """
 
@@ -25,9 +26,7 @@ class LanguageModelingTask(TaskModule):
         y = batch_get(batch, "labels", "targets", "y", index=1)
         if y is None:
             x, y = x[:, :-1], x[:, 1:]
-        logits = self(x)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1),
-                               ignore_index=-100)
+        loss = self(x, targets=y)
         if stage == "train":
             self.count_tokens(x.numel())
             self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False,

@@ -140,3 +140,21 @@ def test_flash_and_blocksparse_models_match_standard_under_interpreter():
     ref, _ = b(ids, mask)
     out, _ = _swap_attention(b, "flash")(ids, mask)  # unpadded varlen path
     torch.testing.assert_close(out[mask], ref[mask], atol=2e-3, rtol=2e-3)
+
+
+def test_gpt_loss_in_graph_matches_logits_and_ignores_vocab_padding():
+    torch.manual_seed(0)
+    m = GPT(vocab_size=97, max_seq_len=16, n_layer=1, n_head=2, d_model=32, dropout=0.0,
+            attention="sdpa").eval()
+    assert m.wte.num_embeddings == 128 and m.num_params() == sum(
+        p.numel() for p in m.parameters()) - 31 * 32
+    idx = torch.randint(0, 97, (2, 16))
+    targets = torch.randint(0, 97, (2, 16))
+    targets[0, :5] = -100
+    logits = m(idx)
+    assert logits.shape == (2, 16, 97)
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, 97), targets.reshape(-1),
+                                                 ignore_index=-100)
+    torch.testing.assert_close(m(idx, targets=targets), expected)
+    with pytest.raises(ValueError, match="vocab_multiple"):
+        GPT(vocab_size=97, max_seq_len=16, n_layer=1, n_head=2, d_model=32, vocab_multiple=0)

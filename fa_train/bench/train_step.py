@@ -1,0 +1,182 @@
+"""GPT-2 training-step throughput of the bare model, without the trainer.
+
+One optimizer step = bf16 autocast forward with the loss inside the model, backward, gradient
+clipping at 1.0, fused AdamW: what ``fa-train`` runs for ``experiment=gpt2/*``, minus Lightning.
+Comparing these tokens/s with the trainer's (recipe table2_gpt2) shows what the trainer costs;
+comparing attention implementations here shows what attention costs inside a real model.
+
+With ``profile``, a few more steps run under torch.profiler: the row gains the GPU busy time per
+step (sum of kernel times; far below ``step_ms`` means the GPU waits on the CPU) and the kernels
+that take the most GPU time.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from fa_train.bench.attention import _check_list
+from fa_train.bench.common import (RunOptions, environment, free_memory, is_oom, make_progress,
+                                   resolve_device, short_reason, synchronize)
+from fa_train.bench.report import Table, write_reports
+from fa_train.metrics.flops import gpu_peak_flops, transformer_flops_per_token
+
+MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
+IMPLS = ("standard", "sdpa", "flash")
+AUTOCAST = {"bf16": torch.bfloat16, "fp32": None}  # fp16 needs loss scaling: use the trainer
+
+
+@dataclass
+class TrainStepBenchConfig(RunOptions):
+    models: list = field(default_factory=lambda: ["gpt2-small"])
+    impls: list = field(default_factory=lambda: list(IMPLS))
+    compile: list = field(default_factory=lambda: [0, 1])
+    batch: int = 16
+    seqlen: int = 1024
+    vocab_size: int = 50257
+    steps: int = 20
+    warmup_steps: int = 5
+    profile: bool = False
+    dtype: str = "bf16"
+
+    def validate(self):
+        self.models = _check_list("models", self.models, allowed=MODELS)
+        self.impls = _check_list("impls", self.impls, allowed=IMPLS)
+        self.compile = [int(c) for c in _check_list("compile", self.compile, allowed=(0, 1))]
+        for name in ("batch", "seqlen", "vocab_size", "steps", "warmup_steps"):
+            _check_list(name, [getattr(self, name)], positive=True)
+        if self.dtype not in AUTOCAST:
+            raise ValueError(f"dtype must be one of {sorted(AUTOCAST)} (fp16 needs loss scaling: "
+                             f"use fa-train), got {self.dtype!r}")
+        resolve_device(self.device)
+        return self
+
+
+def _build(config, model_name, impl, compiled, device):
+    from fa_train.models import GPT
+    from fa_train.tasks.optim import build_optimizer
+    torch.manual_seed(config.seed)
+    model = GPT(preset=model_name, vocab_size=config.vocab_size, max_seq_len=config.seqlen,
+                dropout=0.0, attention={"impl": impl}).to(device)
+    opt = build_optimizer(model, name="adamw", lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                          fused=device.type == "cuda")
+    forward = torch.compile(model) if compiled else model
+    dtype = AUTOCAST[config.dtype]
+
+    def step(x, y):
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = forward(x, targets=y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return model, step
+
+
+def _profile(step, x, y, steps=3):
+    """GPU busy ms per step and the top kernels by GPU time, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(x, y)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    busy = sum(e.self_device_time_total for e in kernels) / 1e3 / steps
+    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:12]
+    return busy, [{"kernel": e.key[:90], "ms_per_step": e.self_device_time_total / 1e3 / steps,
+                   "calls_per_step": e.count / steps} for e in top]
+
+
+def measure_case(config, model_name, impl, compiled, device):
+    """One row: tokens/s, step time, MFU and peak memory of `steps` timed optimizer steps."""
+    row = {"bench": "train_step", "model": model_name, "impl": impl, "compile": compiled,
+           "batch": config.batch, "seqlen": config.seqlen, "dtype": config.dtype,
+           "steps": config.steps}
+    torch._dynamo.reset()
+    free_memory(device)
+    try:
+        model, step = _build(config, model_name, impl, bool(compiled), device)
+        gen = torch.Generator().manual_seed(config.seed)
+        tokens = torch.randint(0, config.vocab_size, (config.batch, config.seqlen + 1),
+                               generator=gen).to(device)
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        first = step(x, y)
+        for _ in range(config.warmup_steps - 1):
+            step(x, y)
+        synchronize(device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        for _ in range(config.steps):
+            last = step(x, y)
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    except Exception as exc:  # noqa: BLE001 - a failed case is a result, not a crash
+        free_memory(device)
+        return row | {"status": "OOM" if is_oom(exc) else "error", "reason": short_reason(exc)}
+    step_ms = seconds * 1e3 / config.steps
+    tps = config.batch * config.seqlen / (step_ms / 1e3)
+    shape = model.flops_shape()
+    fpt = transformer_flops_per_token(seq_len=config.seqlen, **shape)
+    row |= {"status": "ok", "step_ms": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,
+            "loss_first": float(first), "loss_last": float(last), "n_params": shape["n_params"]}
+    if device.type == "cuda":
+        peak = gpu_peak_flops(torch.cuda.get_device_name(device))
+        row |= {"peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+                "mfu": tps * fpt / peak if peak else None}
+        if config.profile:
+            row["gpu_busy_ms"], row["top_kernels"] = _profile(step, x, y)
+    del model, step
+    free_memory(device)
+    return row
+
+
+def run_train_step_bench(config):
+    if isinstance(config, dict):
+        config = TrainStepBenchConfig(**config)
+    config.validate()
+    device = resolve_device(config.device)
+    cases = [(m, i, c) for m in config.models for c in config.compile for i in config.impls]
+    rows = []
+    with make_progress(config.progress, len(cases), "train-step") as bar:
+        for model_name, impl, compiled in cases:
+            bar.describe(f"{model_name} {impl} compile={compiled}")
+            rows.append(measure_case(config, model_name, impl, compiled, device))
+            bar.advance()
+    return rows
+
+
+TRAIN_STEP_TABLES = (
+    Table("Training throughput, tokens/s", ("model", "compile"), "impl", "tokens_per_s", ",.0f"),
+    Table("MFU (6P + 12·L·H·Q·T FLOPs per token)", ("model", "compile"), "impl", "mfu", ".1%"),
+    Table("Step time, ms", ("model", "compile"), "impl", "step_ms", ".1f"),
+    Table("GPU busy time per step, ms (profiler)", ("model", "compile"), "impl", "gpu_busy_ms",
+          ".1f"),
+    Table("Peak memory, GiB", ("model", "compile"), "impl", "peak_mem_gib", ".1f"),
+)
+
+
+def _kernel_notes(rows):
+    notes = []
+    for r in rows:
+        if r.get("top_kernels"):
+            notes += [f"**Top kernels, {r['model']} {r['impl']} compile={r['compile']}** "
+                      f"(ms per step, calls per step):", ""]
+            notes += [f"- {k['ms_per_step']:.2f} ms, {k['calls_per_step']:.0f}× `{k['kernel']}`"
+                      for k in r["top_kernels"]]
+            notes.append("")
+    return notes
+
+
+def write_train_step_reports(rows, out_dir, config, name="train_step"):
+    if isinstance(config, dict):
+        config = TrainStepBenchConfig(**config)
+    notes = [f"Batch {config.batch} x seqlen {config.seqlen}, {config.dtype} autocast, AdamW (fused on CUDA), "
+             f"gradient clipping 1.0, dropout 0, random tokens; {config.warmup_steps} warm-up "
+             f"steps (compilation) then {config.steps} timed steps. No trainer: compare with the "
+             "table2_gpt2 recipe's tokens/s to see the trainer's cost.", ""]
+    return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
+                         asdict(config), TRAIN_STEP_TABLES, (), notes + _kernel_notes(rows))
