@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run recipes at the gpu scale, one after another, within a time budget; then render their reports
+# and pack the result folders (checkpoints excluded) into OUT/reports.tar.gz. Runs resume: a run
+# that finished is skipped next time; one cut off by the budget runs again.
+# Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...   (FORCE=1 reruns finished runs)
+set -uo pipefail
+out=${1:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
+budget=${2:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
+shift 2
+end=$(( $(date +%s) + budget ))
+mkdir -p "$out"
+folders=()
+for spec in "$@"; do
+    recipe=${spec%%:*}
+    folders+=("reports/$recipe/gpu")
+    only=()
+    if [[ $spec == *:* ]]; then
+        IFS=, read -ra runs <<< "${spec#*:}"
+        for run in "${runs[@]}"; do only+=(--only "$run"); done
+    fi
+    left=$(( end - $(date +%s) ))
+    if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
+    timeout -k 10 "$left" python3 -m fa_train.repro.cli run "$recipe" --scale gpu --no-report \
+        "${only[@]}" ${FORCE:+--force} > "$out/$recipe.log" 2>&1
+    echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30
+    pkill -f fa_train.train || true
+done
+for spec in "$@"; do
+    python3 -m fa_train.repro.cli report "${spec%%:*}" --scale gpu > /dev/null 2>&1 || echo "report failed: $spec"
+done
+tar czf "$out/reports.tar.gz" --exclude='*.ckpt' --exclude=checkpoints "${folders[@]}"
