@@ -121,7 +121,40 @@ def training():
                      f"{100 * m['mfu']:.1f}% | {m['peak_memory_gib']:.1f} | {m['loss_end']:.3f} |")
     devices = sorted({(r.get("metrics") or {}).get("device_name", "?") for r in data["runs"].values()})
     lines.append(f"\n_{', '.join(devices)}; {data['created'][:10]}._")
+    return lines + context() + bare_model()
+
+
+def context():
+    path = "reports/table4_gpt2_context/gpu/results.json"
+    data = load(path)
+    lines = ["", f"GPT-2 small at longer context, 16K tokens per micro-batch, bf16, all runs compiled "
+             f"(recipe table4_gpt2_context, scale gpu; `{path}`):", "",
+             "| run | tokens/s | MFU | peak GiB | val ppl after 150 steps |", "|---|---|---|---|---|"]
+    for name, run in data["runs"].items():
+        m = run.get("metrics") or {}
+        if run.get("status") != "ok":
+            lines.append(f"| {name} | {run.get('status')} | – | – | – |")
+            continue
+        lines.append(f"| {name} | {m['tokens_per_sec_per_device']:,.0f} | {100 * m['mfu']:.1f}% | "
+                     f"{m['peak_memory_gib']:.1f} | {m['val/ppl']:.1f} |")
     return lines
+
+
+def bare_model():
+    lines = ["", "The same GPT-2 models without the trainer (`fa-bench train-step`: bf16 autocast, fused "
+             "AdamW, clipping, random tokens; GPU busy = summed kernel time per step from the profiler):",
+             "", "| model | batch | compiled | attention | tokens/s | step ms | GPU busy ms |",
+             "|---|---|---|---|---|---|---|"]
+    sources = []
+    for name in ("gpt2_small_eager", "gpt2_small_compiled", "gpt2_medium_compiled"):
+        path = f"reports/bench/train_step/{name}/train_step.json"
+        data = load(path)
+        sources.append(f"{data['environment']['gpu']}, {data['environment']['date'][:10]} (`{path}`)")
+        for r in data["rows"]:
+            tps = f"{r['tokens_per_s']:,.0f}" if r.get("status") == "ok" else r.get("status")
+            lines.append(f"| {r['model']} | {r['batch']} | {'yes' if r['compile'] else 'no'} | {r['impl']} | "
+                         f"{tps} | {fmt(r, 'step_ms', 1)} | {fmt(r, 'gpu_busy_ms', 1)} |")
+    return lines + ["", "_" + "; ".join(sources) + "._"]
 
 
 def render():
