@@ -116,7 +116,9 @@ class PerfMonitor(L.Callback):
             s["device_name"] = "cpu"
         self.summary = s
         if log:
-            metrics = {f"perf/{k}": float(v) for k, v in s.items() if isinstance(v, (int, float))}
+            # CPU tensors: Python numbers would become (blocking) copies to the GPU
+            metrics = {f"perf/{k}": torch.tensor(float(v)) for k, v in s.items()
+                       if isinstance(v, (int, float))}
             pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
 
     def on_train_end(self, trainer, pl_module):

@@ -111,5 +111,7 @@ class TaskModule(L.LightningModule):
 
     def on_train_batch_start(self, batch, batch_idx):
         if self.trainer is not None and self.trainer.optimizers:
-            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"],
-                     on_step=True, on_epoch=False, batch_size=1)
+            # a CPU tensor: Lightning turns a Python number into a tensor on the module's device,
+            # a blocking host-to-device copy that would drain the GPU queue every step
+            lr = torch.tensor(self.trainer.optimizers[0].param_groups[0]["lr"])
+            self.log("train/lr", lr, on_step=True, on_epoch=False, batch_size=1)

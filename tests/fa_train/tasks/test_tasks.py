@@ -63,6 +63,28 @@ def test_lm_task_learns_and_logs_ppl():
     assert task.tokens_seen == 30 * 8 * 16
 
 
+def test_training_steps_log_no_python_numbers(monkeypatch):
+    """Lightning turns a logged Python number into a tensor on the model's device: on a GPU a
+    blocking copy that drains the queue every step. Training-step logging must pass tensors."""
+    from fa_train.callbacks import PerfMonitor
+    logged = []
+    original = L.LightningModule.log
+
+    def spy(self, name, value, *args, **kwargs):
+        if self.trainer.training:
+            logged.append((name, type(value)))
+        return original(self, name, value, *args, **kwargs)
+
+    monkeypatch.setattr(L.LightningModule, "log", spy)
+    dm = FakeLMDataModule(batch_size=2, seq_len=8, vocab_size=16, n_train=64)
+    model = GPT(vocab_size=16, max_seq_len=8, n_layer=1, n_head=2, d_model=16, attention="sdpa")
+    task = LanguageModelingTask(model, scheduler={"name": "cosine", "warmup_steps": 2})
+    _fit(task, dm, steps=6, callbacks=[PerfMonitor(warmup_steps=1, log_every_n_steps=2)])
+    names = {name for name, _ in logged}
+    assert {"train/loss", "train/lr", "perf/tokens_per_sec_per_device"} <= names
+    assert all(issubclass(kind, torch.Tensor) for _, kind in logged), logged
+
+
 def test_mlm_task_masked_accuracy():
     dm = FakeMLMDataModule(batch_size=4, seq_len=16, vocab_size=40)
     model = BertForPreTraining(vocab_size=40, max_seq_len=16, n_layer=1, n_head=2, d_model=32,
