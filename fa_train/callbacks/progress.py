@@ -1,4 +1,6 @@
-"""Rich progress bar that reads well for step-based runs (no "Epoch 0/-2")."""
+"""Rich progress bar that reads well for step-based runs (no "Epoch 0/-2") and reads the logged
+metrics only when it redraws: reading them copies the loss back from the GPU, which waits for the
+step to finish, so doing it every step would keep the host from running ahead of the GPU."""
 from __future__ import annotations
 
 from lightning.pytorch.callbacks import RichProgressBar
@@ -16,3 +18,9 @@ class ProgressBar(RichProgressBar):
         if len(self.validation_description) > len(desc):
             desc = f"{desc:{len(self.validation_description)}}"
         return desc
+
+    def _update_metrics(self, trainer, pl_module) -> None:
+        last = bool(trainer.max_steps and trainer.global_step >= trainer.max_steps)
+        if trainer.training and trainer.global_step % max(1, self.refresh_rate) and not last:
+            return
+        super()._update_metrics(trainer, pl_module)
