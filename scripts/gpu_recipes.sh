@@ -2,17 +2,20 @@
 # Run recipes at the gpu scale, one after another, within a time budget; then render their reports
 # and pack the result folders (checkpoints excluded) into OUT/reports.tar.gz. Runs resume: a run
 # that finished is skipped next time; one cut off by the budget runs again.
-# Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...   (FORCE=1 reruns finished runs)
+# Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
+#   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
 budget=${2:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
 shift 2
+scale=${SCALE:-gpu}
+python=${PYTHON:-python3}
 end=$(( $(date +%s) + budget ))
 mkdir -p "$out"
 folders=()
 for spec in "$@"; do
     recipe=${spec%%:*}
-    folders+=("reports/$recipe/gpu")
+    folders+=("reports/$recipe/$scale")
     only=()
     if [[ $spec == *:* ]]; then
         IFS=, read -ra runs <<< "${spec#*:}"
@@ -20,12 +23,13 @@ for spec in "$@"; do
     fi
     left=$(( end - $(date +%s) ))
     if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
-    timeout -k 10 "$left" python3 -m fa_train.repro.cli run "$recipe" --scale gpu --no-report \
+    timeout -k 10 "$left" "$python" -m fa_train.repro.cli run "$recipe" --scale "$scale" --no-report \
         "${only[@]}" ${FORCE:+--force} > "$out/$recipe.log" 2>&1
     echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30
     pkill -f fa_train.train || true
 done
 for spec in "$@"; do
-    python3 -m fa_train.repro.cli report "${spec%%:*}" --scale gpu > /dev/null 2>&1 || echo "report failed: $spec"
+    "$python" -m fa_train.repro.cli report "${spec%%:*}" --scale "$scale" > /dev/null 2>&1 \
+        || echo "report failed: $spec"
 done
 tar czf "$out/reports.tar.gz" --exclude='*.ckpt' --exclude=checkpoints "${folders[@]}"

@@ -1,0 +1,34 @@
+"""scripts/gpu_recipes.sh: runs recipes within a time budget and packs their result folders."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(400)
+def test_runs_a_recipe_subset_then_resumes_and_packs(tmp_path):
+    env = dict(os.environ, SCALE="smoke", PYTHON=sys.executable, PYTHONPATH=str(REPO))
+    env.pop("TRITON_INTERPRET", None)
+
+    def run(budget):
+        res = subprocess.run(["bash", str(REPO / "scripts/gpu_recipes.sh"), str(tmp_path / "out"),
+                              str(budget), "table2_gpt2:small-standard"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return res.stdout
+
+    assert "[1/1] small-standard: ok" in run(240)
+    with tarfile.open(tmp_path / "out/reports.tar.gz") as tar:
+        names = set(tar.getnames())
+        results = json.load(tar.extractfile("reports/table2_gpt2/smoke/results.json"))
+    assert "reports/table2_gpt2/smoke/report.md" in names
+    assert not any(name.endswith(".ckpt") for name in names)
+    assert results["runs"]["small-standard"]["status"] == "ok"
+    assert "small-standard: ok (done before, skipped)" in run(240)
+    assert "budget spent: table2_gpt2 not started" in run(10)
