@@ -8,7 +8,8 @@
   fa-bench blocksize   --out DIR [--blocks 16,32,64,128,256 or MxN tokens]
   fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
-                       [--compile 0,1] [--batch 16] [--seqlen 1024] [--steps 20] [--profile]
+                       [--compile 0,1] [--runners bare,trainer] [--batch 16] [--seqlen 1024]
+                       [--steps 20] [--profile]
 """
 from __future__ import annotations
 
@@ -118,6 +119,8 @@ def build_parser():
     p.add_argument("--models", type=_words("--models"), default=["gpt2-small"])
     p.add_argument("--impls", type=_words("--impls"), default=["standard", "sdpa", "flash"])
     p.add_argument("--compile", type=_list(int, "--compile"), default=[0, 1], help="0,1")
+    p.add_argument("--runners", type=_words("--runners"), default=["bare"],
+                   help="bare (the training loop alone), trainer (through Lightning)")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seqlen", type=int, default=1024)
     p.add_argument("--vocab-size", type=int, default=50257)
@@ -173,7 +176,8 @@ def configure(args):
         from fa_train.bench import train_step as mod
         common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
         config = mod.TrainStepBenchConfig(
-            models=args.models, impls=args.impls, compile=args.compile, batch=args.batch,
+            models=args.models, impls=args.impls, compile=args.compile, runners=args.runners,
+            batch=args.batch,
             seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
             warmup_steps=args.warmup_steps, profile=args.profile, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports

@@ -1,9 +1,11 @@
-"""GPT-2 training-step throughput of the bare model, without the trainer.
+"""GPT-2 training-step throughput, of the bare model and through the trainer.
 
 One optimizer step = bf16 autocast forward with the loss inside the model, backward, gradient
-clipping at 1.0, fused AdamW: what ``fa-train`` runs for ``experiment=gpt2/*``, minus Lightning.
-Comparing these tokens/s with the trainer's (recipe table2_gpt2) shows what the trainer costs;
-comparing attention implementations here shows what attention costs inside a real model.
+clipping at 1.0, fused AdamW: what ``fa-train`` runs for ``experiment=gpt2/*``. Runner ``bare``
+times that loop alone; runner ``trainer`` runs the same model and batch through the Lightning
+trainer with the project's callbacks (PerfMonitor, LossHistory, progress bar, CSV logger), so the
+difference is what the trainer costs; comparing attention implementations shows what attention
+costs inside a real model.
 
 With ``profile``, a few more steps run under torch.profiler: the row gains the GPU busy time per
 step (sum of kernel times; far below ``step_ms`` means the GPU waits on the CPU) and the kernels
@@ -24,6 +26,8 @@ from fa_train.metrics.flops import gpu_peak_flops, transformer_flops_per_token
 
 MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
 IMPLS = ("standard", "sdpa", "flash")
+RUNNERS = ("bare", "trainer")
+OPTIMIZER = {"name": "adamw", "lr": 6e-4, "betas": (0.9, 0.95), "weight_decay": 0.1}
 AUTOCAST = {"bf16": torch.bfloat16, "fp32": None}  # fp16 needs loss scaling: use the trainer
 
 
@@ -32,6 +36,7 @@ class TrainStepBenchConfig(RunOptions):
     models: list = field(default_factory=lambda: ["gpt2-small"])
     impls: list = field(default_factory=lambda: list(IMPLS))
     compile: list = field(default_factory=lambda: [0, 1])
+    runners: list = field(default_factory=lambda: ["bare"])
     batch: int = 16
     seqlen: int = 1024
     vocab_size: int = 50257
@@ -44,6 +49,7 @@ class TrainStepBenchConfig(RunOptions):
         self.models = _check_list("models", self.models, allowed=MODELS)
         self.impls = _check_list("impls", self.impls, allowed=IMPLS)
         self.compile = [int(c) for c in _check_list("compile", self.compile, allowed=(0, 1))]
+        self.runners = _check_list("runners", self.runners, allowed=RUNNERS)
         for name in ("batch", "seqlen", "vocab_size", "steps", "warmup_steps"):
             _check_list(name, [getattr(self, name)], positive=True)
         if self.dtype not in AUTOCAST:
@@ -53,14 +59,22 @@ class TrainStepBenchConfig(RunOptions):
         return self
 
 
-def _build(config, model_name, impl, compiled, device):
+def _model(config, model_name, impl, device):
     from fa_train.models import GPT
-    from fa_train.tasks.optim import build_optimizer
     torch.manual_seed(config.seed)
-    model = GPT(preset=model_name, vocab_size=config.vocab_size, max_seq_len=config.seqlen,
-                dropout=0.0, attention={"impl": impl}).to(device)
-    opt = build_optimizer(model, name="adamw", lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                          fused=device.type == "cuda")
+    return GPT(preset=model_name, vocab_size=config.vocab_size, max_seq_len=config.seqlen,
+               dropout=0.0, attention={"impl": impl}).to(device)
+
+
+def _batch(config):
+    gen = torch.Generator().manual_seed(config.seed)
+    tokens = torch.randint(0, config.vocab_size, (config.batch, config.seqlen + 1), generator=gen)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _build(config, model, compiled, device):
+    from fa_train.tasks.optim import build_optimizer
+    opt = build_optimizer(model, **OPTIMIZER, fused=device.type == "cuda")
     forward = torch.compile(model) if compiled else model
     dtype = AUTOCAST[config.dtype]
 
@@ -73,7 +87,52 @@ def _build(config, model_name, impl, compiled, device):
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    return model, step
+    return step
+
+
+def _run_bare(config, model, compiled, device):
+    """(tokens/s, first loss, last loss, step, x, y) of the bare training loop."""
+    step = _build(config, model, compiled, device)
+    x, y = (t.to(device) for t in _batch(config))
+    first = step(x, y)
+    for _ in range(config.warmup_steps - 1):
+        step(x, y)
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    for _ in range(config.steps):
+        last = step(x, y)
+    synchronize(device)
+    tps = config.batch * config.seqlen * config.steps / (time.perf_counter() - start)
+    return tps, float(first), float(last), step, x, y
+
+
+def _run_trainer(config, model, compiled, device):
+    """(tokens/s, first loss, last loss) of the same model and batch through the trainer."""
+    import tempfile
+
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    from fa_train.callbacks import LossHistory, PerfMonitor, ProgressBar
+    from fa_train.tasks import LanguageModelingTask
+    x, y = _batch(config)  # on the host: the trainer moves every batch, as in real runs
+    batches = [{"input_ids": x, "labels": y}] * (config.warmup_steps + config.steps)
+    task = LanguageModelingTask(model, optimizer=dict(OPTIMIZER, fused=device.type == "cuda"),
+                                compile=compiled)
+    perf, history = PerfMonitor(warmup_steps=config.warmup_steps), LossHistory()
+    with tempfile.TemporaryDirectory() as logs:
+        trainer = L.Trainer(
+            accelerator=device.type, devices=1, max_steps=len(batches), gradient_clip_val=1.0,
+            precision="bf16-mixed" if AUTOCAST[config.dtype] else "32-true",
+            logger=L.pytorch.loggers.CSVLogger(logs), enable_checkpointing=False,
+            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+            callbacks=[perf, history] + ([ProgressBar(refresh_rate=10)] if config.progress else []),
+            enable_progress_bar=config.progress)
+        trainer.fit(task, DataLoader(batches, batch_size=None))
+    losses = [loss for _, loss in history.train]
+    return perf.summary["tokens_per_sec_per_device"], losses[0], losses[-1]
 
 
 def _profile(step, x, y, steps=3):
@@ -90,46 +149,33 @@ def _profile(step, x, y, steps=3):
                    "calls_per_step": e.count / steps} for e in top]
 
 
-def measure_case(config, model_name, impl, compiled, device):
-    """One row: tokens/s, step time, MFU and peak memory of `steps` timed optimizer steps."""
+def measure_case(config, model_name, impl, compiled, device, runner="bare"):
+    """One row: tokens/s, step time, MFU and peak memory over `steps` timed optimizer steps."""
     row = {"bench": "train_step", "model": model_name, "impl": impl, "compile": compiled,
-           "batch": config.batch, "seqlen": config.seqlen, "dtype": config.dtype,
-           "steps": config.steps}
+           "runner": runner, "batch": config.batch, "seqlen": config.seqlen,
+           "dtype": config.dtype, "steps": config.steps}
     torch._dynamo.reset()
     free_memory(device)
     try:
-        model, step = _build(config, model_name, impl, bool(compiled), device)
-        gen = torch.Generator().manual_seed(config.seed)
-        tokens = torch.randint(0, config.vocab_size, (config.batch, config.seqlen + 1),
-                               generator=gen).to(device)
-        x, y = tokens[:, :-1], tokens[:, 1:]
-        first = step(x, y)
-        for _ in range(config.warmup_steps - 1):
-            step(x, y)
-        synchronize(device)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        start = time.perf_counter()
-        for _ in range(config.steps):
-            last = step(x, y)
-        synchronize(device)
-        seconds = time.perf_counter() - start
+        model = _model(config, model_name, impl, device)
+        if runner == "bare":
+            tps, first, last, step, x, y = _run_bare(config, model, bool(compiled), device)
+        else:
+            tps, first, last = _run_trainer(config, model, bool(compiled), device)
     except Exception as exc:  # noqa: BLE001 - a failed case is a result, not a crash
         free_memory(device)
         return row | {"status": "OOM" if is_oom(exc) else "error", "reason": short_reason(exc)}
-    step_ms = seconds * 1e3 / config.steps
-    tps = config.batch * config.seqlen / (step_ms / 1e3)
     shape = model.flops_shape()
     fpt = transformer_flops_per_token(seq_len=config.seqlen, **shape)
-    row |= {"status": "ok", "step_ms": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,
-            "loss_first": float(first), "loss_last": float(last), "n_params": shape["n_params"]}
+    row |= {"status": "ok", "step_ms": config.batch * config.seqlen / tps * 1e3,
+            "tokens_per_s": tps, "flops_per_token": fpt, "loss_first": first, "loss_last": last,
+            "n_params": shape["n_params"]}
     if device.type == "cuda":
         peak = gpu_peak_flops(torch.cuda.get_device_name(device))
         row |= {"peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30,
                 "mfu": tps * fpt / peak if peak else None}
-        if config.profile:
+        if config.profile and runner == "bare":
             row["gpu_busy_ms"], row["top_kernels"] = _profile(step, x, y)
-    del model, step
     free_memory(device)
     return row
 
@@ -139,23 +185,25 @@ def run_train_step_bench(config):
         config = TrainStepBenchConfig(**config)
     config.validate()
     device = resolve_device(config.device)
-    cases = [(m, i, c) for m in config.models for c in config.compile for i in config.impls]
+    cases = [(m, i, c, r) for m in config.models for c in config.compile for r in config.runners
+             for i in config.impls]
     rows = []
     with make_progress(config.progress, len(cases), "train-step") as bar:
-        for model_name, impl, compiled in cases:
-            bar.describe(f"{model_name} {impl} compile={compiled}")
-            rows.append(measure_case(config, model_name, impl, compiled, device))
+        for model_name, impl, compiled, runner in cases:
+            bar.describe(f"{model_name} {impl} compile={compiled} {runner}")
+            rows.append(measure_case(config, model_name, impl, compiled, device, runner))
             bar.advance()
     return rows
 
 
+_CASE = ("model", "compile", "runner")
 TRAIN_STEP_TABLES = (
-    Table("Training throughput, tokens/s", ("model", "compile"), "impl", "tokens_per_s", ",.0f"),
-    Table("MFU (6P + 12·L·H·Q·T FLOPs per token)", ("model", "compile"), "impl", "mfu", ".1%"),
-    Table("Step time, ms", ("model", "compile"), "impl", "step_ms", ".1f"),
-    Table("GPU busy time per step, ms (profiler)", ("model", "compile"), "impl", "gpu_busy_ms",
+    Table("Training throughput, tokens/s", _CASE, "impl", "tokens_per_s", ",.0f"),
+    Table("MFU (6P + 12·L·H·Q·T FLOPs per token)", _CASE, "impl", "mfu", ".1%"),
+    Table("Step time, ms", _CASE, "impl", "step_ms", ".1f"),
+    Table("GPU busy time per step, ms (profiler, bare runner)", _CASE, "impl", "gpu_busy_ms",
           ".1f"),
-    Table("Peak memory, GiB", ("model", "compile"), "impl", "peak_mem_gib", ".1f"),
+    Table("Peak memory, GiB", _CASE, "impl", "peak_mem_gib", ".1f"),
 )
 
 
@@ -174,9 +222,10 @@ def _kernel_notes(rows):
 def write_train_step_reports(rows, out_dir, config, name="train_step"):
     if isinstance(config, dict):
         config = TrainStepBenchConfig(**config)
-    notes = [f"Batch {config.batch} x seqlen {config.seqlen}, {config.dtype} autocast, AdamW (fused on CUDA), "
-             f"gradient clipping 1.0, dropout 0, random tokens; {config.warmup_steps} warm-up "
-             f"steps (compilation) then {config.steps} timed steps. No trainer: compare with the "
-             "table2_gpt2 recipe's tokens/s to see the trainer's cost.", ""]
+    notes = [f"Batch {config.batch} x seqlen {config.seqlen}, {config.dtype} autocast, AdamW "
+             f"(fused on CUDA), gradient clipping 1.0, dropout 0, random tokens; {config.warmup_steps} warm-up "
+             f"steps (compilation) then {config.steps} timed steps. Runner bare: the training loop "
+             "alone; trainer: the same model and batch through the Lightning trainer with the "
+             "project's callbacks.", ""]
     return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
                          asdict(config), TRAIN_STEP_TABLES, (), notes + _kernel_notes(rows))

@@ -23,15 +23,27 @@ def test_train_step_rows_and_reports(tiny_preset, tmp_path):
                  "--impls", "standard,sdpa,flash", "--compile", "0", "--dtype", "fp32",
                  "--no-progress"]) == 0
     rows = json.loads((tmp_path / "train_step.json").read_text())["rows"]
-    assert [(r["impl"], r["status"]) for r in rows] == [("standard", "ok"), ("sdpa", "ok"),
-                                                         ("flash", "ok")]
+    assert [(r["impl"], r["runner"], r["status"]) for r in rows] == [
+        ("standard", "bare", "ok"), ("sdpa", "bare", "ok"), ("flash", "bare", "ok")]
     for r in rows:
         assert r["tokens_per_s"] == pytest.approx(2 * 16 / (r["step_ms"] / 1e3))
         assert r["loss_last"] < r["loss_first"]  # the optimizer steps on a fixed batch
     # same seed, same weights, attention swapped: same losses
     for r in rows[1:]:
         assert r["loss_last"] == pytest.approx(rows[0]["loss_last"], rel=1e-4)
-    assert "| gpt2-small | 0 |" in (tmp_path / "train_step.md").read_text()
+    assert "| gpt2-small | 0 | bare |" in (tmp_path / "train_step.md").read_text()
+
+
+def test_trainer_runner_trains_the_same_model_through_lightning(tiny_preset):
+    config = dict(device="cpu", impls=["sdpa"], compile=[0], batch=2, seqlen=16, vocab_size=50,
+                  steps=4, warmup_steps=2, dtype="fp32", progress=False)
+    both = TrainStepBenchConfig(runners=["bare", "trainer"], **config)
+    bare, trainer = run_train_step_bench(both)
+    assert (bare["runner"], trainer["runner"], trainer["status"]) == ("bare", "trainer", "ok")
+    assert trainer["tokens_per_s"] > 0
+    # same seed, weights, batch and optimizer: the same first loss and a falling curve
+    assert trainer["loss_first"] == pytest.approx(bare["loss_first"], rel=1e-5)
+    assert trainer["loss_last"] < trainer["loss_first"]
 
 
 def test_train_step_oom_is_a_row(tiny_preset, monkeypatch):
@@ -46,7 +58,7 @@ def test_train_step_oom_is_a_row(tiny_preset, monkeypatch):
 
 @pytest.mark.parametrize("field,value,match", [
     ("models", ["gpt5"], "models"), ("impls", ["magic"], "impls"), ("compile", [2], "compile"),
-    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling")])
+    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling"), ("runners", ["hf"], "runners")])
 def test_train_step_config_errors_name_the_argument(field, value, match):
     with pytest.raises(ValueError, match=match):
         TrainStepBenchConfig(device="cpu", **{field: value}).validate()
