@@ -71,6 +71,22 @@ def _seq_bounds(CU, b, seqlen, VARLEN: tl.constexpr):
 
 
 @triton.jit
+def _query_block(CU_Q, CU_K, seqlen_q, seqlen_k, n_heads, BLOCK_M: tl.constexpr,
+                 VARLEN: tl.constexpr, REVERSE: tl.constexpr):
+    """Where this program works, for kernels over query blocks (grid: query blocks x batch*heads):
+    (bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m). REVERSE (causal) takes the longest
+    rows first, for a better tail."""
+    pid_m = tl.program_id(0)
+    if REVERSE:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    q_start, seqlen_q = _seq_bounds(CU_Q, b, seqlen_q, VARLEN)
+    k_start, seqlen_k = _seq_bounds(CU_K, b, seqlen_k, VARLEN)
+    return bh, b, bh % n_heads, q_start, seqlen_q, k_start, seqlen_k, pid_m * BLOCK_M
+
+
+@triton.jit
 def _causal_key_ranges(start_m, seqlen_k, diag,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
     """Key range of a query block: [0, full) needs no mask, [full, hi) needs one."""
@@ -128,15 +144,8 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
                 WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if REVERSE:  # causal: the longest rows first, for a better tail
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    bh = tl.program_id(1)
-    b = bh // n_heads
-    h = bh % n_heads
-    q_start, seqlen_q = _seq_bounds(CU_Q, b, seqlen_q, VARLEN)
-    k_start, seqlen_k = _seq_bounds(CU_K, b, seqlen_k, VARLEN)
-    start_m = pid_m * BLOCK_M
+    bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
+        CU_Q, CU_K, seqlen_q, seqlen_k, n_heads, BLOCK_M, VARLEN, REVERSE)
     if start_m >= seqlen_q:
         return
     diag = seqlen_k - seqlen_q
@@ -394,15 +403,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
                    WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if REVERSE:
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    bh = tl.program_id(1)
-    b = bh // n_heads
-    h = bh % n_heads
-    q_start, seqlen_q = _seq_bounds(CU_Q, b, seqlen_q, VARLEN)
-    k_start, seqlen_k = _seq_bounds(CU_K, b, seqlen_k, VARLEN)
-    start_m = pid_m * BLOCK_M
+    bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
+        CU_Q, CU_K, seqlen_q, seqlen_k, n_heads, BLOCK_M, VARLEN, REVERSE)
     if start_m >= seqlen_q:
         return
     diag = seqlen_k - seqlen_q
