@@ -5,8 +5,10 @@ back-to-back calls is the CPU time of one call. Compares torch SDPA with each la
 public function, custom op, launcher, bare Triton launches; eager and compiled.
 
 Usage: python scripts/attention_host_overhead.py OUT_DIR
-Writes OUT_DIR/host_overhead.json and prints a table (microseconds per call).
+Writes OUT_DIR/host_overhead.json and OUT_DIR/host_overhead.md (microseconds per call);
+`--render OUT_DIR` rewrites the Markdown from an existing JSON.
 """
+import datetime
 import json
 import pathlib
 import sys
@@ -30,7 +32,21 @@ def per_call_us(fn, calls=2000):
     return host / calls * 1e6
 
 
+def render(out_dir):
+    """OUT_DIR/host_overhead.md from OUT_DIR/host_overhead.json."""
+    info = json.loads((out_dir / "host_overhead.json").read_text())
+    lines = ["# Host time per attention call", "",
+             f"{info['gpu']}, {info.get('date', 'date not recorded in the file')}, "
+             f"torch {info['torch']}; batch 1, 1 head, N 64, d 64, bf16 (the GPU stays idle, so "
+             "wall time per call is host time). Rows: `host_overhead.json`.", "",
+             "| call | µs per call |", "|---|---|"]
+    lines += [f"| {r['case']} | {r['us_per_call']:.1f} |" for r in info["rows"]]
+    (out_dir / "host_overhead.md").write_text("\n".join(lines) + "\n")
+
+
 def main():
+    if sys.argv[1] == "--render":
+        return render(pathlib.Path(sys.argv[2]))
     out_dir = pathlib.Path(sys.argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -77,8 +93,11 @@ def main():
     for name, fn in cases.items():
         rows.append({"case": name, "us_per_call": per_call_us(fn)})
         print(f"{rows[-1]['us_per_call']:9.1f} us  {name}", flush=True)
-    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "rows": rows}
     (out_dir / "host_overhead.json").write_text(json.dumps(info, indent=2) + "\n")
+    render(out_dir)
 
 
 if __name__ == "__main__":
