@@ -121,7 +121,7 @@ def training():
                      f"{100 * m['mfu']:.1f}% | {m['peak_memory_gib']:.1f} | {m['loss_end']:.3f} |")
     devices = sorted({(r.get("metrics") or {}).get("device_name", "?") for r in data["runs"].values()})
     lines.append(f"\n_{', '.join(devices)}; {data['created'][:10]}._")
-    return lines + context() + bare_model()
+    return lines
 
 
 def context():
@@ -158,7 +158,8 @@ def bare_model():
 
 
 def render():
-    lines = dense_table() + long_and_dropout() + io_and_blocksparse() + training()
+    lines = (dense_table() + long_and_dropout() + io_and_blocksparse() + training() + context()
+             + bare_model())
     return "\n".join([BEGIN, *lines, END])
 
 

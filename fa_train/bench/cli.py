@@ -177,8 +177,7 @@ def configure(args):
         common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
         config = mod.TrainStepBenchConfig(
             models=args.models, impls=args.impls, compile=args.compile, runners=args.runners,
-            batch=args.batch,
-            seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
+            batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
             warmup_steps=args.warmup_steps, profile=args.profile, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices

@@ -128,8 +128,8 @@ def _run_trainer(config, model, compiled, device):
             precision="bf16-mixed" if AUTOCAST[config.dtype] else "32-true",
             logger=L.pytorch.loggers.CSVLogger(logs), enable_checkpointing=False,
             enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-            callbacks=[perf, history] + ([ProgressBar(refresh_rate=10)] if config.progress else []),
-            enable_progress_bar=config.progress)
+            callbacks=[perf, history] + ([ProgressBar(refresh_rate=10)] if config.progress
+                                         else []), enable_progress_bar=config.progress)
         trainer.fit(task, DataLoader(batches, batch_size=None))
     losses = [loss for _, loss in history.train]
     return perf.summary["tokens_per_sec_per_device"], losses[0], losses[-1]
@@ -223,8 +223,9 @@ def write_train_step_reports(rows, out_dir, config, name="train_step"):
     if isinstance(config, dict):
         config = TrainStepBenchConfig(**config)
     notes = [f"Batch {config.batch} x seqlen {config.seqlen}, {config.dtype} autocast, AdamW "
-             f"(fused on CUDA), gradient clipping 1.0, dropout 0, random tokens; {config.warmup_steps} warm-up "
-             f"steps (compilation) then {config.steps} timed steps. Runner bare: the training loop "
+             f"(fused on CUDA), gradient clipping 1.0, dropout 0, random tokens; "
+             f"{config.warmup_steps} warm-up steps (compilation) then {config.steps} timed steps. "
+             "Runner bare: the training loop "
              "alone; trainer: the same model and batch through the Lightning trainer with the "
              "project's callbacks.", ""]
     return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
