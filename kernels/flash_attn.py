@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from torch.library import wrap_triton
+
 from kernels.tuning import backward_configs, forward_config
 
 LOG2E = 1.4426950408889634
@@ -133,17 +135,22 @@ def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
     return acc, l_i, m_new
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                 stride_vb, stride_vn, stride_vh, stride_ob, stride_on, stride_oh,
                 stride_lb, stride_lh, stride_mb,
-                seqlen_q, seqlen_k, n_heads, group_size, qk_scale, dropout_p, seed,
+                seqlen_q, seqlen_k, n_heads, group_size, qk_scale, dropout_p, SEED,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
                 WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
+    seed = 0
+    if DROPOUT:  # the seed lives on the device: no host sync, safe to capture in CUDA graphs
+        seed = tl.load(SEED)
+    qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
+    dropout_p = tl.cast(dropout_p, tl.float32)
     bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
         CU_Q, CU_K, seqlen_q, seqlen_k, n_heads, BLOCK_M, VARLEN, REVERSE)
     if start_m >= seqlen_q:
@@ -273,19 +280,25 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, 
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, COL_SPLIT, ROW_IDX,
                      stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                      stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                      stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
                      stride_lb, stride_lh, stride_mb,
                      seqlen_q, seqlen_k, n_heads_kv, group_size, sm_scale, qk_scale,
-                     dropout_p, seed,
+                     dropout_p, SEED,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                      SPARSE: tl.constexpr, DROPOUT: tl.constexpr, WARP_SPEC: tl.constexpr,
                      LAYOUT_BLOCK: tl.constexpr):
+    seed = 0
+    if DROPOUT:  # the seed lives on the device: no host sync, safe to capture in CUDA graphs
+        seed = tl.load(SEED)
+    sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    dropout_p = tl.cast(dropout_p, tl.float32)
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // n_heads_kv
@@ -392,17 +405,23 @@ def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start
     return dq
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                    stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                    stride_dqb, stride_dqn, stride_dqh, stride_lb, stride_lh, stride_mb,
-                   seqlen_q, seqlen_k, n_heads, group_size, sm_scale, qk_scale, dropout_p, seed,
+                   seqlen_q, seqlen_k, n_heads, group_size, sm_scale, qk_scale, dropout_p, SEED,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
                    WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
+    seed = 0
+    if DROPOUT:  # the seed lives on the device: no host sync, safe to capture in CUDA graphs
+        seed = tl.load(SEED)
+    sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    dropout_p = tl.cast(dropout_p, tl.float32)
     bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
         CU_Q, CU_K, seqlen_q, seqlen_k, n_heads, BLOCK_M, VARLEN, REVERSE)
     if start_m >= seqlen_q:
@@ -455,9 +474,10 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
              + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
 
 
-@triton.jit(do_not_specialize=["seed"])
-def _dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, seed,
+@triton.jit
+def _dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, SEED,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    seed = tl.load(SEED)
     bh = tl.program_id(2)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -497,7 +517,8 @@ class _Problem:
         self.heads_kv = k.shape[-2]
         self.group = self.heads // self.heads_kv
         self.block_d = block_d_for(self.head_dim)
-        self.sm_scale, self.causal, self.dropout_p, self.seed = sm_scale, causal, dropout_p, seed
+        self.sm_scale, self.causal, self.dropout_p = sm_scale, causal, dropout_p
+        self.seed = seed if seed is not None else q  # (1,) int64 on q's device; unread without dropout
         self.kpm, self.cu_q, self.cu_k, self.sparse = kpm, cu_q, cu_k, sparse
         dummy = q
         self.kpm_arg = kpm if kpm is not None else dummy
@@ -531,13 +552,19 @@ class _Problem:
 _STAGE_CAPS = {}  # (kernel, tile config) -> pipeline depth that fit in shared memory
 
 
+def _traceable(kernel, tensor):
+    """`kernel`, wrapped for tracing when `tensor` is a tracing subclass (a compiled graph then
+    records the launch and makes it itself); eager calls launch directly."""
+    return kernel if type(tensor) is torch.Tensor else wrap_triton(kernel)
+
+
 def _launch(kernel, grid, args, config, **flags):
     """Launch `kernel`; if its pipeline does not fit in shared memory, retry with fewer stages."""
     key = (kernel.fn.__name__, tuple(sorted(config.items())), tuple(sorted(flags.items())))
     config = dict(config, num_stages=_STAGE_CAPS.get(key, config["num_stages"]))
     while True:
         try:
-            return kernel[grid](*args, **flags, **config)
+            return _traceable(kernel, args[0])[grid](*args, **flags, **config)
         except triton.runtime.errors.OutOfResources:
             if config["num_stages"] <= 1:
                 raise
@@ -568,7 +595,7 @@ def _backward(do, q, k, v, o, lse, prob, configs=None):
     lse_strides = prob.lse_strides(lse)
     flags = prob.flags()
     sp = prob.sparse
-    _bwd_delta_kernel[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
+    _traceable(_bwd_delta_kernel, o)[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
         o, do, delta, prob.cu_q_arg, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
         *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
         BLOCK_M=64, VARLEN=prob.varlen)
@@ -610,25 +637,45 @@ class _SparseLists:
 
 def _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
              dropout_p):
-    seed = int(seed.item()) if dropout_p > 0.0 else 0
     lists = _SparseLists(block, sparse) if sparse else None
     return _Problem(q, k, sm_scale, causal, kpm, cu_q, cu_k, max_q, max_k, dropout_p, seed, lists)
 
 
-# A torch custom op, so that torch.compile keeps attention inside its graph as one opaque node.
-@torch.library.custom_op("fa_train::flash_attn_fwd", mutates_args=())
+def _fixed_strides(*tensors):
+    """The tensors, made contiguous while a compiled graph traces the op (they are then fake or
+    functional tensor subclasses). Inductor promises a Triton kernel's inputs only their stride
+    order, not their strides, so the strides the launchers read while tracing must be the only ones
+    that order allows: those of a contiguous tensor (Inductor fuses the copy into the producer).
+    Eager calls keep strided views and pay no copy."""
+    if all(t is None or type(t) is torch.Tensor for t in tensors):
+        return tensors
+    return tuple(None if t is None else t.contiguous() for t in tensors)
+
+
+def _attention_op(name):
+    """A torch op around launchers of Triton kernels, so that torch.compile keeps attention in its
+    graph. On GPUs a `triton_op`: compiled graphs launch the kernels themselves (no Python per call,
+    CUDA-graph safe). Under the interpreter a plain custom op: Inductor cannot trace interpreted
+    kernels."""
+    if interpreting():
+        return torch.library.custom_op(name, mutates_args=())
+    return torch.library.triton_op(name, mutates_args=())
+
+
+@_attention_op("fa_train::flash_attn_fwd")
 def _flash_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
                   kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
                   cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
                   block: int, causal: bool, sm_scale: float,
                   dropout_p: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    q, k, v, kpm, cu_q, cu_k = _fixed_strides(q, k, v, kpm, cu_q, cu_k)
     prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
                     dropout_p)
     return _forward(q, k, v, prob)
 
 
-@_flash_fwd_op.register_fake
-def _(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale, dropout_p):
+def _flash_fwd_fake(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
+                    dropout_p):
     if cu_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     else:
@@ -636,22 +683,27 @@ def _(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_sc
     return torch.empty_like(q), lse
 
 
-@torch.library.custom_op("fa_train::flash_attn_bwd", mutates_args=())
+@_attention_op("fa_train::flash_attn_bwd")
 def _flash_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   o: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor,
                   kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
                   cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
                   block: int, causal: bool, sm_scale: float,
                   dropout_p: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    do, q, k, v, o, kpm, cu_q, cu_k = _fixed_strides(do, q, k, v, o, kpm, cu_q, cu_k)
     prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
                     dropout_p)
     return _backward(do if do.stride(-1) == 1 else do.contiguous(), q, k, v, o, lse, prob)
 
 
-@_flash_bwd_op.register_fake
-def _(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
-      dropout_p):
+def _flash_bwd_fake(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block,
+                    causal, sm_scale, dropout_p):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+if interpreting():  # shape functions for the plain custom ops; a triton_op traces its own body
+    _flash_fwd_op.register_fake(_flash_fwd_fake)
+    _flash_bwd_op.register_fake(_flash_bwd_fake)
 
 
 def _save_for_backward(ctx, inputs, output):
@@ -674,14 +726,26 @@ _flash_fwd_op.register_autograd(_attention_backward, setup_context=_save_for_bac
 # --------------------------------------------------------------------------------------------
 # Input checks and public API
 # --------------------------------------------------------------------------------------------
-def _draw_seed():
-    """A dropout seed as a (1,) int64 CPU tensor from torch's default generator (torch.manual_seed)."""
-    return torch.randint(0, 2**31 - 1, (1,))
+def _draw_seed(device):
+    """A dropout seed as a (1,) int64 tensor on `device`, from that device's default generator
+    (seeded by torch.manual_seed); drawn on the device, so no host synchronization."""
+    return torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64, device=device)
 
 
-def next_dropout_seed():
-    """Seed of the next dropout call: the value the next call with dropout will draw."""
-    return int(_draw_seed().item())
+def next_dropout_seed(device=None):
+    """Seed that the next dropout call on `device` will draw (the generator is left unchanged).
+
+    device: default "cuda", or "cpu" under the interpreter."""
+    device = torch.device(device or ("cpu" if interpreting() else "cuda"))
+    if device.type == "cuda":
+        generator = torch.cuda.default_generators[device.index if device.index is not None
+                                                  else torch.cuda.current_device()]
+    else:
+        generator = torch.default_generator
+    state = generator.get_state()
+    seed = int(_draw_seed(device).item())
+    generator.set_state(state)
+    return seed
 
 
 def _check_tensor(name, x, ndim):
@@ -749,7 +813,7 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     """
     _check_dropout(dropout_p)
     # a tensor, so that compiled graphs need not leave the graph to draw it
-    seed = _draw_seed() if dropout_p > 0.0 else torch.zeros(1, dtype=torch.int64)
+    seed = _draw_seed(q.device) if dropout_p > 0.0 else q.new_zeros(1, dtype=torch.int64)
     lists = [*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else []
     return _flash_fwd_op(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
                          sparse.block if sparse is not None else 0, bool(causal),
@@ -804,7 +868,7 @@ def flash_attn_forward(q, k, v, softmax_scale=None, causal=False, block_m=None, 
     """Forward pass only, optionally with explicit tile sizes (block-size sweeps); (out, lse)."""
     q, k, v = check_qkv(q, k, v, 4)
     prob = _Problem(q, k, _scale(softmax_scale, q.shape[-1]), bool(causal), None, None, None,
-                    None, None, 0.0, 0, None)
+                    None, None, 0.0, None, None)
     config = dict(forward_config(prob.block_d, prob.causal))
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if value is None:
@@ -821,6 +885,7 @@ def dropout_mask(batch, heads, seqlen_q, seqlen_k, dropout_p, seed, device="cuda
     _check_dropout(dropout_p)
     mask = torch.empty(batch * heads, seqlen_q, seqlen_k, dtype=torch.int8, device=device)
     grid = (triton.cdiv(seqlen_q, 32), triton.cdiv(seqlen_k, 32), batch * heads)
-    _dropout_mask_kernel[grid](mask, seqlen_q, seqlen_k, float(dropout_p), int(seed),
+    seed = torch.tensor([int(seed)], dtype=torch.int64, device=device)
+    _dropout_mask_kernel[grid](mask, seqlen_q, seqlen_k, float(dropout_p), seed,
                                BLOCK_M=32, BLOCK_N=32)
     return mask.view(batch, heads, seqlen_q, seqlen_k).bool()

@@ -199,9 +199,10 @@ def test_launch_retries_with_fewer_stages_when_shared_memory_runs_out():
             return run
 
     config = {"BLOCK_M": 128, "num_stages": 4}
-    assert flash_attn._launch(FakeKernel(), (1,), (), config) == "ran"
+    args = (torch.zeros(1),)  # a plain tensor: an eager launch
+    assert flash_attn._launch(FakeKernel(), (1,), args, config) == "ran"
     assert calls == [4, 3, 2]
-    assert flash_attn._launch(FakeKernel(), (1,), (), config) == "ran"
+    assert flash_attn._launch(FakeKernel(), (1,), args, config) == "ran"
     assert calls[-1] == 2 and len(calls) == 4  # the fitting depth is remembered
 
 

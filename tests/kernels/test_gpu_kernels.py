@@ -62,13 +62,12 @@ def test_padding_dropout_gqa_uneven_lengths():
     batch, heads, seqlen = 2, 8, 1537
     tensors = _inputs(batch, seqlen, heads, 2, 64, torch.bfloat16, seqlen_k=1200)
     mask = torch.rand(batch, 1200, device="cuda") > 0.2
-    state = torch.get_rng_state()
+    state = torch.cuda.get_rng_state()  # dropout seeds are drawn on the GPU
+    keep = dropout_mask(batch, heads, seqlen, 1200, 0.1, next_dropout_seed())
     fn = lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.1, causal=True, key_padding_mask=mask)
     out = fn(*tensors)
-    torch.set_rng_state(state)
-    keep = dropout_mask(batch, heads, seqlen, 1200, 0.1, next_dropout_seed())
     assert abs(keep.float().mean().item() - 0.9) < 0.01
-    torch.set_rng_state(state)
+    torch.cuda.set_rng_state(state)
     _check(fn, tensors, torch.bfloat16, causal=True, key_padding_mask=mask, dropout_mask=keep,
            dropout_p=0.1)
     assert out.shape == (batch, seqlen, heads, 64)
@@ -119,3 +118,74 @@ def test_memory_linear_64k():
     flash_attn_func(q, k, v, causal=True).backward(torch.randn_like(q))
     peak = torch.cuda.max_memory_allocated() / 2**30  # inputs and gradients included
     assert peak <= 2.0, f"peak {peak:.2f} GiB"
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_compiled_matches_eager(mode):
+    """Compiled graphs launch the kernels themselves (and may capture them in CUDA graphs)."""
+    torch.manual_seed(5)
+    tensors = _inputs(2, 1000, 8, 2, 64, torch.bfloat16)
+    fn = lambda q, k, v: flash_attn_func(q, k, v, causal=True)
+    compiled = torch.compile(fn, mode=mode)
+    g = torch.randn(2, 1000, 8, 64, device="cuda", dtype=torch.bfloat16)
+    expected = [fn(*tensors)]
+    expected += torch.autograd.grad(expected[0], tensors, g)
+    for _ in range(3):  # the later calls replay the recorded graphs
+        out = compiled(*tensors)
+        got = [out.clone()] + [x.clone() for x in torch.autograd.grad(out, tensors, g)]
+        for x, y in zip(got, expected):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def test_compiled_dropout_is_regenerated_in_backward():
+    """Under torch.compile, the seed drawn on the GPU reaches forward and backward alike: the
+    gradients match the float64 reference with the mask the call used (fallback_random makes
+    the compiled draw the eager one, so the test can predict it)."""
+    torch.manual_seed(6)
+    batch, heads, seqlen = 2, 4, 777
+    tensors = _inputs(batch, seqlen, heads, heads, 64, torch.bfloat16)
+    fn = lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.2, causal=True)
+    with torch._inductor.config.patch(fallback_random=True):
+        compiled = torch.compile(fn)
+        compiled(*tensors)  # compile first: the checked call below draws the next seed
+        keep = dropout_mask(batch, heads, seqlen, seqlen, 0.2, next_dropout_seed())
+        _check(compiled, tensors, torch.bfloat16, causal=True, dropout_mask=keep, dropout_p=0.2)
+
+
+def test_compiled_attention_over_a_biased_packed_projection():
+    """GPT-2's q, k, v are strided views of one biased projection; Inductor may realize them in
+    new buffers (it guarantees user kernels only the stride order): the op must not rely on the
+    strides it saw while tracing."""
+    torch.manual_seed(7)
+    batch, seqlen, heads, head_dim = 4, 1024, 12, 64
+    x = torch.randn(batch, seqlen, heads * head_dim, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    proj = torch.nn.Linear(heads * head_dim, 3 * heads * head_dim, device="cuda",
+                           dtype=torch.bfloat16)
+
+    def block(x):
+        q, k, v = proj(x).view(batch, seqlen, 3, heads, head_dim).unbind(dim=2)
+        out = flash_attn_func(q, k, v, causal=True)
+        return out.reshape(batch, seqlen, -1).float().square().mean()
+
+    expected = torch.autograd.grad(block(x), [x, proj.weight, proj.bias])
+    got = torch.autograd.grad(torch.compile(block)(x), [x, proj.weight, proj.bias])
+    for g, e in zip(got, expected):
+        assert rel_err(g, e) < 1e-2
+
+
+def test_compiled_gpt_step_matches_eager():
+    from fa_train.models import GPT
+    torch.manual_seed(8)
+    model = GPT(vocab_size=1000, max_seq_len=512, n_layer=2, n_head=4, d_model=256, dropout=0.0,
+                attention="flash").cuda()
+    idx = torch.randint(0, 1000, (4, 512), device="cuda")
+    targets = torch.randint(0, 1000, (4, 512), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        eager = model(idx, targets=targets)
+        expected = torch.autograd.grad(eager, list(model.parameters()))
+        compiled = torch.compile(model)(idx, targets=targets)
+        got = torch.autograd.grad(compiled, list(model.parameters()))
+    assert abs(compiled.item() - eager.item()) < 1e-2
+    for g, e in zip(got, expected):
+        assert rel_err(g, e) < 3e-2
