@@ -762,7 +762,8 @@ def _check_tensor(name, x, ndim):
 
 
 def check_qkv(q, k, v, ndim):
-    """Validate q, k, v (shapes, dtypes, devices); return them with a unit last stride."""
+    """Validate q, k, v (shapes, dtypes, devices); return them with a unit last stride
+    (contiguous while torch.compile traces)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, x, ndim)
     if k.dtype != q.dtype or v.dtype != q.dtype:
@@ -780,6 +781,8 @@ def check_qkv(q, k, v, ndim):
         raise ValueError(f"head_dim {head_dim} is not supported; use 1 <= head_dim <= {MAX_HEAD_DIM}")
     if q.shape[-2] % k.shape[-2]:
         raise ValueError(f"q heads ({q.shape[-2]}) must be a multiple of k/v heads ({k.shape[-2]})")
+    if torch.compiler.is_compiling():  # copied once here: the saved q, k, v need no second copy
+        return q.contiguous(), k.contiguous(), v.contiguous()  # in the backward op
     return tuple(x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
 
 

@@ -119,6 +119,8 @@ def build_parser():
     p.add_argument("--models", type=_words("--models"), default=["gpt2-small"])
     p.add_argument("--impls", type=_words("--impls"), default=["standard", "sdpa", "flash"])
     p.add_argument("--compile", type=_list(int, "--compile"), default=[0, 1], help="0,1")
+    p.add_argument("--compile-mode", default="default",
+                   help="torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune...")
     p.add_argument("--runners", type=_words("--runners"), default=["bare"],
                    help="bare (the training loop alone), trainer (through Lightning)")
     p.add_argument("--batch", type=int, default=16)
@@ -178,7 +180,8 @@ def configure(args):
         config = mod.TrainStepBenchConfig(
             models=args.models, impls=args.impls, compile=args.compile, runners=args.runners,
             batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
-            warmup_steps=args.warmup_steps, profile=args.profile, **common)
+            warmup_steps=args.warmup_steps, profile=args.profile,
+            compile_mode=args.compile_mode, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
 

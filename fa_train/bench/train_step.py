@@ -29,6 +29,7 @@ IMPLS = ("standard", "sdpa", "flash")
 RUNNERS = ("bare", "trainer")
 OPTIMIZER = {"name": "adamw", "lr": 6e-4, "betas": (0.9, 0.95), "weight_decay": 0.1}
 AUTOCAST = {"bf16": torch.bfloat16, "fp32": None}  # fp16 needs loss scaling: use the trainer
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 @dataclass
@@ -44,6 +45,7 @@ class TrainStepBenchConfig(RunOptions):
     warmup_steps: int = 5
     profile: bool = False
     dtype: str = "bf16"
+    compile_mode: str = "default"
 
     def validate(self):
         self.models = _check_list("models", self.models, allowed=MODELS)
@@ -55,6 +57,8 @@ class TrainStepBenchConfig(RunOptions):
         if self.dtype not in AUTOCAST:
             raise ValueError(f"dtype must be one of {sorted(AUTOCAST)} (fp16 needs loss scaling: "
                              f"use fa-train), got {self.dtype!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
         resolve_device(self.device)
         return self
 
@@ -75,17 +79,19 @@ def _batch(config):
 def _build(config, model, compiled, device):
     from fa_train.tasks.optim import build_optimizer
     opt = build_optimizer(model, **OPTIMIZER, fused=device.type == "cuda")
-    forward = torch.compile(model) if compiled else model
+    forward = torch.compile(model, mode=config.compile_mode) if compiled else model
     dtype = AUTOCAST[config.dtype]
 
     def step(x, y):
+        if compiled:  # a new iteration for CUDA graphs (reduce-overhead); a no-op otherwise
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = forward(x, targets=y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss.detach().clone()  # CUDA graphs reuse their output buffers
 
     return step
 
@@ -120,7 +126,7 @@ def _run_trainer(config, model, compiled, device):
     x, y = _batch(config)  # on the host: the trainer moves every batch, as in real runs
     batches = [{"input_ids": x, "labels": y}] * (config.warmup_steps + config.steps)
     task = LanguageModelingTask(model, optimizer=dict(OPTIMIZER, fused=device.type == "cuda"),
-                                compile=compiled)
+                                compile=compiled, compile_mode=config.compile_mode)
     perf, history = PerfMonitor(warmup_steps=config.warmup_steps), LossHistory()
     with tempfile.TemporaryDirectory() as logs:
         trainer = L.Trainer(
@@ -152,7 +158,7 @@ def _profile(step, x, y, steps=3):
 def measure_case(config, model_name, impl, compiled, device, runner="bare"):
     """One row: tokens/s, step time, MFU and peak memory over `steps` timed optimizer steps."""
     row = {"bench": "train_step", "model": model_name, "impl": impl, "compile": compiled,
-           "runner": runner, "batch": config.batch, "seqlen": config.seqlen,
+           "compile_mode": config.compile_mode if compiled else None, "runner": runner, "batch": config.batch, "seqlen": config.seqlen,
            "dtype": config.dtype, "steps": config.steps}
     torch._dynamo.reset()
     free_memory(device)
@@ -224,7 +230,8 @@ def write_train_step_reports(rows, out_dir, config, name="train_step"):
         config = TrainStepBenchConfig(**config)
     notes = [f"Batch {config.batch} x seqlen {config.seqlen}, {config.dtype} autocast, AdamW "
              f"(fused on CUDA), gradient clipping 1.0, dropout 0, random tokens; "
-             f"{config.warmup_steps} warm-up steps (compilation) then {config.steps} timed steps. "
+             f"{config.warmup_steps} warm-up steps (compilation) then {config.steps} timed steps; "
+             f"torch.compile mode {config.compile_mode!r}. "
              "Runner bare: the training loop "
              "alone; trainer: the same model and batch through the Lightning trainer with the "
              "project's callbacks.", ""]

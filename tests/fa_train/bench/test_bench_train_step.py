@@ -28,6 +28,7 @@ def test_train_step_rows_and_reports(tiny_preset, tmp_path):
     for r in rows:
         assert r["tokens_per_s"] == pytest.approx(2 * 16 / (r["step_ms"] / 1e3))
         assert r["loss_last"] < r["loss_first"]  # the optimizer steps on a fixed batch
+        assert r["compile_mode"] is None  # eager
     # same seed, same weights, attention swapped: same losses
     for r in rows[1:]:
         assert r["loss_last"] == pytest.approx(rows[0]["loss_last"], rel=1e-4)
@@ -58,7 +59,8 @@ def test_train_step_oom_is_a_row(tiny_preset, monkeypatch):
 
 @pytest.mark.parametrize("field,value,match", [
     ("models", ["gpt5"], "models"), ("impls", ["magic"], "impls"), ("compile", [2], "compile"),
-    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling"), ("runners", ["hf"], "runners")])
+    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling"), ("runners", ["hf"], "runners"),
+    ("compile_mode", "fastest", "compile_mode")])
 def test_train_step_config_errors_name_the_argument(field, value, match):
     with pytest.raises(ValueError, match=match):
         TrainStepBenchConfig(device="cpu", **{field: value}).validate()
