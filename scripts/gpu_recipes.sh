@@ -3,7 +3,8 @@
 # and pack the result folders (checkpoints excluded) into OUT/reports.tar.gz. Runs resume: a run
 # that finished is skipped next time; one cut off by the budget runs again.
 # Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
-#   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu).
+#   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu);
+#   IN_PROCESS=1 runs them in one Python process (no start-up per run; for sweeps of short runs).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
 budget=${2:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
@@ -24,7 +25,7 @@ for spec in "$@"; do
     left=$(( end - $(date +%s) ))
     if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
     timeout -k 10 "$left" "$python" -m fa_train.repro.cli run "$recipe" --scale "$scale" --no-report \
-        "${only[@]}" ${FORCE:+--force} > "$out/$recipe.log" 2>&1
+        "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} > "$out/$recipe.log" 2>&1
     echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30
     pkill -f fa_train.train || true
 done

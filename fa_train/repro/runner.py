@@ -133,8 +133,9 @@ def _tail(path: Path, n: int = TAIL_CHARS) -> str:
 class InProcessExecutor:
     """Runs in this process: train(cfg) composed by Hydra, or fa-bench's main(argv).
 
-    Saves the ~5 s interpreter start of each subprocess (the CPU smoke test runs every recipe this
-    way); no timeout and no OOM isolation, so use the subprocess executor on GPUs."""
+    Saves the interpreter start and imports of each subprocess (the CPU smoke test runs every
+    recipe this way; on a GPU, sweeps of short runs). Memory is released between runs, but there is
+    no timeout and no isolation: a run that corrupts the CUDA context takes the rest with it."""
 
     def __call__(self, run: Run, run_dir: Path, timeout_s: float | None) -> Outcome:
         import contextlib
@@ -161,7 +162,17 @@ class InProcessExecutor:
             return Outcome(returncode=1, output=buf.getvalue()[-TAIL_CHARS:])
         finally:
             (run_dir / LOG_FILE).write_text(buf.getvalue())
+            _release_memory()
         return Outcome(returncode=0, output=buf.getvalue()[-TAIL_CHARS:])
+
+
+def _release_memory() -> None:
+    """Free what a finished in-process run left (reference cycles, cached GPU blocks)."""
+    import gc
+    gc.collect()
+    torch = sys.modules.get("torch")  # never imported just for this
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def compose_train_config(run: Run, run_dir: Path | str):
@@ -339,7 +350,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         entry = {"status": status, "kind": run.kind, "experiment": run.experiment,
                  "subcommand": run.subcommand, "overrides": run.overrides, "args": run.args,
                  "labels": run.labels, "command": run.command(run_dir), "run_dir": run.name,
-                 "started": started, "finished": now_iso(), "duration_s": round(duration, 2),
+                 "executor": type(executor).__name__, "started": started, "finished": now_iso(),
+                 "duration_s": round(duration, 2),
                  "returncode": outcome.returncode, "error": error, "metrics": metrics}
         if status != "ok":
             entry["output_tail"] = outcome.output[-TAIL_CHARS:]

@@ -16,10 +16,11 @@ def test_runs_a_recipe_subset_then_resumes_and_packs(tmp_path):
     env = dict(os.environ, SCALE="smoke", PYTHON=sys.executable, PYTHONPATH=str(REPO))
     env.pop("TRITON_INTERPRET", None)
 
-    def run(budget):
+    def run(budget, **flags):
         res = subprocess.run(["bash", str(REPO / "scripts/gpu_recipes.sh"), str(tmp_path / "out"),
                               str(budget), "table2_gpt2:small-standard"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                             cwd=tmp_path, env=env | flags, capture_output=True, text=True,
+                             timeout=300)
         assert res.returncode == 0, res.stderr[-2000:]
         return res.stdout
 
@@ -32,3 +33,8 @@ def test_runs_a_recipe_subset_then_resumes_and_packs(tmp_path):
     assert results["runs"]["small-standard"]["status"] == "ok"
     assert "small-standard: ok (done before, skipped)" in run(240)
     assert "budget spent: table2_gpt2 not started" in run(10)
+    assert results["runs"]["small-standard"]["executor"] == "SubprocessExecutor"
+    assert "[1/1] small-standard: ok" in run(240, FORCE="1", IN_PROCESS="1")
+    with tarfile.open(tmp_path / "out/reports.tar.gz") as tar:
+        results = json.load(tar.extractfile("reports/table2_gpt2/smoke/results.json"))
+    assert results["runs"]["small-standard"]["executor"] == "InProcessExecutor"
