@@ -38,14 +38,18 @@ def interpreting():
 def _dropout_keep(seed, bh, rows, start_n, seqlen_k, dropout_p, BLOCK_N: tl.constexpr):
     """Keep-mask (rows x BLOCK_N keys from start_n) of head `bh`: Philox, regenerated, never stored.
 
-    Each Philox call yields four 32-bit numbers, used for four neighbouring keys.
+    One Philox4x32-7 call (the fewest rounds its authors found crush-resistant) gives four 32-bit
+    words, split into eight 16-bit uniforms for eight neighbouring keys; a key is dropped when its
+    uniform is below round(dropout_p * 2^16), so the drop probability is exact to 1/65536.
     """
-    groups = start_n // 4 + tl.arange(0, BLOCK_N // 4)
-    counters = rows.to(tl.uint32)[:, None] * ((seqlen_k + 3) // 4).to(tl.uint32) + groups[None, :].to(tl.uint32)
-    r0, r1, r2, r3 = tl.randint4x(seed + bh, counters)
-    r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (rows.shape[0], BLOCK_N))
-    threshold = tl.cast(dropout_p * 4294967296.0, tl.uint32)
-    return r.to(tl.uint32, bitcast=True) >= threshold
+    groups = start_n // 8 + tl.arange(0, BLOCK_N // 8)
+    counters = rows.to(tl.uint32)[:, None] * ((seqlen_k + 7) // 8).to(tl.uint32) + groups[None, :].to(tl.uint32)
+    r0, r1, r2, r3 = tl.randint4x(seed + bh, counters, 7)
+    words = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (rows.shape[0], BLOCK_N // 2))
+    words = words.to(tl.uint32, bitcast=True)
+    uniforms = tl.reshape(tl.join(words & 0xFFFF, words >> 16), (rows.shape[0], BLOCK_N))
+    threshold = tl.cast(dropout_p * 65536.0 + 0.5, tl.uint32)
+    return uniforms >= threshold
 
 
 @triton.jit

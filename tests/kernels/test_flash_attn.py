@@ -118,6 +118,18 @@ def test_dropout_is_reproducible_and_has_the_right_rate():
     assert not torch.equal(keep, dropout_mask(2, 4, 64, 64, 0.3, seed=124, device="cpu"))
 
 
+def test_dropout_uniforms_are_independent_across_neighbouring_keys():
+    """Eight keys share one Philox call (16-bit halves of four words): neighbours within and
+    across calls, and rows, must still drop independently."""
+    keep = dropout_mask(1, 4, 128, 1000, 0.25, seed=7, device="cpu").float()
+    assert abs(keep.mean().item() - 0.75) < 0.01
+    for shift in (1, 2, 4, 8):  # the same word, the same call, the next call
+        both = (keep[..., shift:] * keep[..., :-shift]).mean().item()
+        assert abs(both - 0.75 ** 2) < 0.01, shift
+    assert abs((keep[..., 1:, :] * keep[..., :-1, :]).mean().item() - 0.75 ** 2) < 0.01
+    assert abs((keep[:, 1:] * keep[:, :-1]).mean().item() - 0.75 ** 2) < 0.01  # heads
+
+
 def test_backward_is_bitwise_deterministic():
     torch.manual_seed(6)
     tensors = qkv(1, 50, 50, 4, 2, 32)
