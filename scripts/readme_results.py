@@ -26,7 +26,7 @@ def fmt(row, field="tflops", digits=0):
         return "–"
     if row.get("status") != "ok":
         return row.get("status", "–")
-    return f"{row[field]:.{digits}f}"
+    return "–" if row.get(field) is None else f"{row[field]:.{digits}f}"
 
 
 def source(env, path):
@@ -50,7 +50,7 @@ def dense_table():
     return lines
 
 
-def long_and_dropout():
+def long_sequences():
     path = "reports/bench/attention_long/attention.json"
     data = load(path)
     rows = index(data["rows"], "impl", "seqlen")
@@ -61,23 +61,30 @@ def long_and_dropout():
         f = rows.get(("flash", n))
         lines.append(f"| {n} | {fmt(f)} | {fmt(f, 'peak_mem_gib', 2)} | "
                      f"{fmt(rows.get(('sdpa_flash', n)))} | {fmt(rows.get(('sdpa_cudnn', n)))} |")
-    path = "reports/bench/attention_dropout_padding/attention.json"
+    return lines
+
+
+def figure3():
+    path = "reports/figure3_attention/gpu/dense/attention.json"
     data = load(path)
     rows = index(data["rows"], "impl", "seqlen", "pass")
-    lines += ["", f"Paper Figure 3 setting (dropout 0.1 + key padding mask, d = 64, fwd+bwd, ms) — {source(data['environment'], path)}:",
-              "", "| N | ours (flash) | standard | sdpa_efficient | sdpa_cudnn |", "|---|---|---|---|---|"]
+    lines = ["", f"Paper Figure 3 setting (recipe figure3_attention: dropout 0.1 + key padding mask, d = 64, "
+             f"fwd+bwd, ms; peak memory of ours vs standard) — {source(data['environment'], path)}:", "",
+             "| N | ours (flash) | standard | sdpa_efficient | sdpa_cudnn | ours GiB | standard GiB |",
+             "|---|---|---|---|---|---|---|"]
     for n in (512, 1024, 4096, 16384, 65536):
         cells = [fmt(rows.get((i, n, "fwd+bwd")), "ms", 2)
                  for i in ("flash", "standard", "sdpa_efficient", "sdpa_cudnn")]
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        mem = [fmt(rows.get((i, n, "fwd+bwd")), "peak_mem_gib", 2) for i in ("flash", "standard")]
+        lines.append(f"| {n} | " + " | ".join(cells + mem) + " |")
     return lines
 
 
 def io_and_blocksparse():
-    path = "reports/bench/io/io.json"
+    path = "reports/figure2_io/gpu/io/io.json"
     data = load(path)
     rows = index(data["rows"], "impl")
-    lines = ["", f"Paper Figure 2 left (GPT-2 medium attention: N = 1024, d = 64, 16 heads, batch 64, fwd+bwd) — {source(data['environment'], path)}:",
+    lines = ["", f"Paper Figure 2 left (recipe figure2_io; GPT-2 medium attention: N = 1024, d = 64, 16 heads, batch 64, fwd+bwd) — {source(data['environment'], path)}:",
              "", "| impl | GFLOPs executed | HBM read+write (GB, Nsight Compute) | runtime (ms) |", "|---|---|---|---|"]
     for impl in ("standard", "flash"):
         r = rows[(impl,)]
@@ -141,25 +148,89 @@ def context():
 
 
 def bare_model():
-    lines = ["", "The same GPT-2 models without the trainer (`fa-bench train-step`: bf16 autocast, fused "
-             "AdamW, clipping, random tokens; GPU busy = summed kernel time per step from the profiler):",
-             "", "| model | batch | compiled | attention | tokens/s | step ms | GPU busy ms |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["", "The same GPT-2 models outside `fa-train` (`fa-bench train-step`: bf16 autocast, fused "
+             "AdamW, clipping, random tokens; runner bare = the training loop alone, trainer = through "
+             "Lightning with the project's callbacks; GPU busy = summed kernel time per step, profiled "
+             "runs only):", "",
+             "| model | batch | torch.compile | runner | attention | tokens/s | step ms | GPU busy ms |",
+             "|---|---|---|---|---|---|---|---|"]
     sources = []
-    for name in ("gpt2_small_eager", "gpt2_small_compiled", "gpt2_medium_compiled"):
+    for name in ("gpt2_small_eager", "gpt2_small_compiled", "gpt2_small_reduce_overhead",
+                 "gpt2_medium_compiled", "gpt2_medium_reduce_overhead"):
         path = f"reports/bench/train_step/{name}/train_step.json"
         data = load(path)
-        sources.append(f"{data['environment']['gpu']}, {data['environment']['date'][:10]} (`{path}`)")
+        sources.append(f"`{path}`")
         for r in data["rows"]:
             tps = f"{r['tokens_per_s']:,.0f}" if r.get("status") == "ok" else r.get("status")
-            lines.append(f"| {r['model']} | {r['batch']} | {'yes' if r['compile'] else 'no'} | {r['impl']} | "
+            mode = (r.get("compile_mode") or "default") if r["compile"] else "no"
+            lines.append(f"| {r['model']} | {r['batch']} | {mode} | {r.get('runner', 'bare')} | {r['impl']} | "
                          f"{tps} | {fmt(r, 'step_ms', 1)} | {fmt(r, 'gpu_busy_ms', 1)} |")
-    return lines + ["", "_" + "; ".join(sources) + "._"]
+    env = data["environment"]
+    return lines + ["", f"_{env['gpu']}, {env['date'][:10]}; code measured per file: "
+                    "`reports/bench/train_step/README.md`; " + ", ".join(sources) + "._"]
+
+
+def _by_label(path, *labels):
+    """{label values: run entry} of a recipe's results.json."""
+    data = load(path)
+    return {tuple(run["labels"].get(k) for k in labels): run for run in data["runs"].values()}, data
+
+
+def _metric(run, key, spec, scale=1):
+    if run is None:
+        return "not run"
+    if run.get("status") != "ok":
+        return run.get("status")
+    value = (run.get("metrics") or {}).get(key)
+    return "–" if value is None else format(scale * value, spec)
+
+
+def context_sweep():
+    path = "reports/context_sweep/gpu/results.json"
+    runs, data = _by_label(path, "impl", "seq_len")
+    impls = ("standard", "sdpa", "flash", "blocksparse")
+    lines = ["", "GPT-2 small from 1K to 64K context, eager, dropout 0.1, 16K tokens per micro-batch, "
+             f"15 steps per run (recipe context_sweep, scale gpu; `{path}`): tokens/s, and peak GiB", "",
+             "| context | " + " | ".join(impls) + " | peak GiB (flash) |", "|---|---|---|---|---|---|"]
+    for n in sorted({n for _, n in runs}):
+        cells = [_metric(runs.get((i, n)), "tokens_per_sec_per_device", ",.0f") for i in impls]
+        lines.append(f"| {n // 1024}K | " + " | ".join(cells)
+                     + f" | {_metric(runs.get(('flash', n)), 'peak_memory_gib', '.1f')} |")
+    return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
+
+
+def lra():
+    path = "reports/table3_lra/gpu/results.json"
+    runs, data = _by_label(path, "task", "impl")
+    impls = ("standard", "flash", "blocksparse")
+    lines = ["", f"Long-Range Arena on generated data, 300 steps (recipe table3_lra, scale gpu; `{path}`): "
+             "test accuracy (%) and tokens/s", "",
+             "| task | " + " | ".join(f"{i} acc | {i} tokens/s" for i in impls) + " |",
+             "|---|" + "---|---|" * len(impls)]
+    for task in ("ListOps", "Pathfinder"):
+        cells = []
+        for i in impls:
+            run = runs.get((task, i))
+            cells += [_metric(run, "test/acc", ".1f", scale=100),
+                      _metric(run, "tokens_per_sec_per_device", ",.0f")]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    path = "reports/table6_pathx/gpu/results.json"
+    runs, _ = _by_label(path, "task", "impl")
+    lines += ["", f"Path-X (16K) and Path-256 (64K), 100 steps from scratch (recipe table6_pathx, scale gpu; "
+              f"`{path}`): final training loss, tokens/s, peak GiB", "",
+              "| task | attention | loss | tokens/s | peak GiB |", "|---|---|---|---|---|"]
+    for task in ("Path-X", "Path-256"):
+        for i in ("flash", "blocksparse", "standard"):
+            run = runs.get((task, i))
+            lines.append(f"| {task} | {i} | {_metric(run, 'loss_end', '.3f')} | "
+                         f"{_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
+                         f"{_metric(run, 'peak_memory_gib', '.1f')} |")
+    return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
 
 
 def render():
-    lines = (dense_table() + long_and_dropout() + io_and_blocksparse() + training() + context()
-             + bare_model())
+    lines = (dense_table() + long_sequences() + figure3() + io_and_blocksparse() + training()
+             + bare_model() + context() + context_sweep() + lra())
     return "\n".join([BEGIN, *lines, END])
 
 
