@@ -35,6 +35,16 @@ def interpreting():
 # Shared device helpers
 # --------------------------------------------------------------------------------------------
 @triton.jit
+def _dropout_args(SEED, dropout_p, DROPOUT: tl.constexpr):
+    """(seed, dropout_p as fp32). The seed lives in device memory: no host sync, so the launch can
+    be captured in CUDA graphs. Compiled graphs may pass Python floats as fp64."""
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(SEED)
+    return seed, tl.cast(dropout_p, tl.float32)
+
+
+@triton.jit
 def _dropout_keep(seed, bh, rows, start_n, seqlen_k, dropout_p, BLOCK_N: tl.constexpr):
     """Keep-mask (rows x BLOCK_N keys from start_n) of head `bh`: Philox, regenerated, never stored.
 
@@ -150,11 +160,8 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
                 WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
-    seed = 0
-    if DROPOUT:  # the seed lives on the device: no host sync, safe to capture in CUDA graphs
-        seed = tl.load(SEED)
+    seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
-    dropout_p = tl.cast(dropout_p, tl.float32)
     bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
         CU_Q, CU_K, seqlen_q, seqlen_k, n_heads, BLOCK_M, VARLEN, REVERSE)
     if start_m >= seqlen_q:
@@ -297,12 +304,9 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                      SPARSE: tl.constexpr, DROPOUT: tl.constexpr, WARP_SPEC: tl.constexpr,
                      LAYOUT_BLOCK: tl.constexpr):
-    seed = 0
-    if DROPOUT:  # the seed lives on the device: no host sync, safe to capture in CUDA graphs
-        seed = tl.load(SEED)
+    seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     qk_scale = tl.cast(qk_scale, tl.float32)
-    dropout_p = tl.cast(dropout_p, tl.float32)
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // n_heads_kv
@@ -420,12 +424,9 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
                    WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
-    seed = 0
-    if DROPOUT:  # the seed lives on the device: no host sync, safe to capture in CUDA graphs
-        seed = tl.load(SEED)
+    seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     qk_scale = tl.cast(qk_scale, tl.float32)
-    dropout_p = tl.cast(dropout_p, tl.float32)
     bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
         CU_Q, CU_K, seqlen_q, seqlen_k, n_heads, BLOCK_M, VARLEN, REVERSE)
     if start_m >= seqlen_q:
