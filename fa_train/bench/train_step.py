@@ -23,13 +23,13 @@ from fa_train.bench.common import (RunOptions, environment, free_memory, is_oom,
                                    resolve_device, short_reason, synchronize)
 from fa_train.bench.report import Table, write_reports
 from fa_train.metrics.flops import gpu_peak_flops, transformer_flops_per_token
+from fa_train.tasks.base import COMPILE_MODES
 
 MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
 IMPLS = ("standard", "sdpa", "flash")
 RUNNERS = ("bare", "trainer")
 OPTIMIZER = {"name": "adamw", "lr": 6e-4, "betas": (0.9, 0.95), "weight_decay": 0.1}
 AUTOCAST = {"bf16": torch.bfloat16, "fp32": None}  # fp16 needs loss scaling: use the trainer
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 @dataclass

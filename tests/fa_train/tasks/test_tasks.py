@@ -63,6 +63,16 @@ def test_lm_task_learns_and_logs_ppl():
     assert task.tokens_seen == 30 * 8 * 16
 
 
+def test_compile_mode_is_checked_and_reaches_torch_compile(monkeypatch):
+    model = GPT(vocab_size=32, max_seq_len=16, n_layer=1, n_head=2, d_model=32, attention="sdpa")
+    with pytest.raises(ValueError, match="compile_mode"):
+        LanguageModelingTask(model, compile=True, compile_mode="fastest")
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda module, mode=None: modes.append(mode) or module)
+    LanguageModelingTask(model, compile=True, compile_mode="reduce-overhead").configure_model()
+    assert modes == ["reduce-overhead"]
+
+
 def test_training_steps_log_no_python_numbers(monkeypatch):
     """Lightning turns a logged Python number into a tensor on the model's device: on a GPU a
     blocking copy that drains the queue every step. Training-step logging must pass tensors."""
