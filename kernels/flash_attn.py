@@ -650,8 +650,8 @@ def _fixed_strides(*tensors):
     """The tensors, made contiguous while a compiled graph traces the op (they are then fake or
     functional tensor subclasses). Inductor promises a Triton kernel's inputs only their stride
     order, not their strides, so the strides the launchers read while tracing must be the only ones
-    that order allows: those of a contiguous tensor (Inductor fuses the copy into the producer).
-    Eager calls keep strided views and pay no copy."""
+    that order allows: those of a contiguous tensor. Eager calls keep strided views and pay no
+    copy."""
     if all(t is None or type(t) is torch.Tensor for t in tensors):
         return tensors
     return tuple(None if t is None else t.contiguous() for t in tensors)

@@ -165,7 +165,7 @@ def _check_triton_device(q, impl):
 def _opaque_to_compile(fn):
     """torch.compile runs `fn` eagerly (a graph break): block-sparse layouts and their index are
     built and cached in Python, which tracing cannot follow. The dense flash path needs no break:
-    the kernels are a torch custom op that compiled graphs call as one node."""
+    the kernels are torch ops that compiled graphs call as nodes of their own."""
     disable = getattr(getattr(torch, "compiler", None), "disable", None)
     return disable(fn) if disable is not None else fn
 

@@ -23,7 +23,7 @@ from fa_train.bench.common import (RunOptions, environment, free_memory, is_oom,
                                    resolve_device, short_reason, synchronize)
 from fa_train.bench.report import Table, write_reports
 from fa_train.metrics.flops import gpu_peak_flops, transformer_flops_per_token
-from fa_train.tasks.base import COMPILE_MODES
+from fa_train.tasks.base import check_compile_mode
 
 MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
 IMPLS = ("standard", "sdpa", "flash")
@@ -57,8 +57,7 @@ class TrainStepBenchConfig(RunOptions):
         if self.dtype not in AUTOCAST:
             raise ValueError(f"dtype must be one of {sorted(AUTOCAST)} (fp16 needs loss scaling: "
                              f"use fa-train), got {self.dtype!r}")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+        check_compile_mode(self.compile_mode)
         resolve_device(self.device)
         return self
 

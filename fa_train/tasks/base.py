@@ -34,6 +34,12 @@ def batch_get(batch, *names, index=None):
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+def check_compile_mode(mode):
+    """Raise a clear error unless `mode` is a torch.compile mode (or None: torch's default)."""
+    if mode is not None and mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode must be one of {COMPILE_MODES} or None, got {mode!r}")
+
+
 class TaskModule(L.LightningModule):
     """Base task. Subclasses implement ``step(batch, stage) -> loss`` and log their metrics."""
 
@@ -44,8 +50,7 @@ class TaskModule(L.LightningModule):
         self.model = model
         self.optimizer_cfg = _plain(optimizer) or {"name": "adamw", "lr": 1e-3}
         self.scheduler_cfg = _plain(scheduler) or {"name": "none"}
-        if compile_mode is not None and compile_mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {COMPILE_MODES} or None, got {compile_mode!r}")
+        check_compile_mode(compile_mode)
         self.compile = bool(compile)
         self.compile_mode = compile_mode
         self._compiled = None
