@@ -50,7 +50,7 @@ def main():
             do = torch.randn_like(q)
             prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, 0.0, 0, None)
             ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
-            ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, (cfg(DKDV[0]), cfg(DQ[0])))
+            ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
             fl_f = attention_flops(batch, n, n, heads, d, causal, "fwd")
             fl_b = attention_flops(batch, n, n, heads, d, causal, "bwd")
             for kind, table in (("fwd", FWD), ("dkdv", DKDV), ("dq", DQ)):
@@ -63,9 +63,9 @@ def main():
                             tf = fl_f / ms / 1e9
                         else:
                             cfgs = (cfg(t), cfg(DQ[0])) if kind == "dkdv" else (cfg(DKDV[0]), cfg(t))
-                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, cfgs)
+                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs)
                             err = max((a.float() - b.float()).abs().max().item() for a, b in zip(g, ref_g))
-                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, cfgs))
+                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs))
                             tf = None
                     except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a result
                         rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, error=str(exc)[:200]))

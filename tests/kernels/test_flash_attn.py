@@ -26,16 +26,19 @@ def _padding_mask(batch, seqlen_k):
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k,head_dim", SHAPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_shapes_match_reference(seqlen_q, seqlen_k, head_dim, causal):
+@pytest.mark.parametrize("deterministic", [False, True])  # atomic dQ / a separate dQ pass
+def test_shapes_match_reference(seqlen_q, seqlen_k, head_dim, causal, deterministic):
     torch.manual_seed(seqlen_q * 1000 + seqlen_k + head_dim)
     tensors = qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim)
-    out, grads, g = run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, causal=causal), tensors)
+    out, grads, g = run_with_grads(lambda q, k, v: flash_attn_func(
+        q, k, v, causal=causal, deterministic=deterministic), tensors)
     ref, ref_grads = reference_with_grads(tensors, g, causal=causal)
     assert_close_to_reference(out, grads, ref, ref_grads, TOL32)
 
 
 @pytest.mark.parametrize("causal,padding,dropout_p,group", FEATURES)
-def test_feature_combinations(causal, padding, dropout_p, group):
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_feature_combinations(causal, padding, dropout_p, group, deterministic):
     torch.manual_seed(hash((causal, padding, dropout_p, group)) % 2**31)
     batch, seqlen, heads, head_dim = 2, 45, 4, 32
     tensors = qkv(batch, seqlen, seqlen, heads, heads // group, head_dim)
@@ -43,7 +46,7 @@ def test_feature_combinations(causal, padding, dropout_p, group):
     seed_state = torch.get_rng_state()
     out, grads, g = run_with_grads(
         lambda q, k, v: flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal,
-                                        key_padding_mask=mask), tensors)
+                                        key_padding_mask=mask, deterministic=deterministic), tensors)
     keep = None
     if dropout_p:
         torch.set_rng_state(seed_state)
@@ -78,8 +81,9 @@ def test_rows_without_keys_are_zero_with_zero_grads():
     assert out[0, 20:].abs().max() > 0
 
 
-@pytest.mark.parametrize("causal,dropout_p", [(False, 0.0), (True, 0.0), (True, 0.2)])
-def test_varlen_matches_per_sequence_reference(causal, dropout_p):
+@pytest.mark.parametrize("causal,dropout_p,deterministic",
+                         [(False, 0.0, True), (True, 0.0, False), (True, 0.2, True), (True, 0.2, False)])
+def test_varlen_matches_per_sequence_reference(causal, dropout_p, deterministic):
     torch.manual_seed(5)
     lengths = [5, 33, 1, 20]
     cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
@@ -88,7 +92,8 @@ def test_varlen_matches_per_sequence_reference(causal, dropout_p):
     state = torch.get_rng_state()
     out, grads, g = run_with_grads(
         lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths),
-                                               dropout_p=dropout_p, causal=causal), tensors)
+                                               dropout_p=dropout_p, causal=causal,
+                                               deterministic=deterministic), tensors)
     torch.set_rng_state(state)
     seed = next_dropout_seed()
     for b, n in enumerate(lengths):

@@ -46,25 +46,29 @@ def _check(fn, tensors, dtype, **ref_kwargs):
 def test_dense_realistic(dtype, head_dim, causal, seqlen):
     torch.manual_seed(seqlen + head_dim)
     tensors = _inputs(2, seqlen, 4, 2, head_dim, dtype)
-    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=causal), tensors, dtype, causal=causal)
+    deterministic = dtype == torch.float16  # both backward modes (atomic dQ / dQ pass) at every shape
+    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=causal, deterministic=deterministic),
+           tensors, dtype, causal=causal)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_dense_16k(head_dim):
     torch.manual_seed(16)
     tensors = _inputs(1, 16384, 1, 1, head_dim, torch.bfloat16)
-    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=True), tensors, torch.bfloat16,
-           causal=True)
+    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=True, deterministic=head_dim == 128),
+           tensors, torch.bfloat16, causal=True)
 
 
-def test_padding_dropout_gqa_uneven_lengths():
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_padding_dropout_gqa_uneven_lengths(deterministic):
     torch.manual_seed(1)
     batch, heads, seqlen = 2, 8, 1537
     tensors = _inputs(batch, seqlen, heads, 2, 64, torch.bfloat16, seqlen_k=1200)
     mask = torch.rand(batch, 1200, device="cuda") > 0.2
     state = torch.cuda.get_rng_state()  # dropout seeds are drawn on the GPU
     keep = dropout_mask(batch, heads, seqlen, 1200, 0.1, next_dropout_seed())
-    fn = lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.1, causal=True, key_padding_mask=mask)
+    fn = lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.1, causal=True, key_padding_mask=mask,
+                                         deterministic=deterministic)
     out = fn(*tensors)
     assert abs(keep.float().mean().item() - 0.9) < 0.01
     torch.cuda.set_rng_state(state)
