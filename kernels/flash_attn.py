@@ -19,6 +19,7 @@ import triton.language as tl
 
 from torch.library import wrap_triton
 
+from kernels import tuning
 from kernels.tuning import backward_configs, forward_config
 
 LOG2E = 1.4426950408889634
@@ -606,12 +607,14 @@ def _forward(q, k, v, prob, config=None):
 
 
 def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None):
-    """dq, dk, dv. Deterministic: a dK/dV pass then a dQ pass. Otherwise one pass: the dK/dV
-    kernel also adds each block's dQ share to a float32 dQ with atomics (order-dependent rounding)."""
-    dkdv_cfg, dq_cfg = (prob.tiles(c) for c in (configs or backward_configs(prob.block_d, prob.causal)))
+    """dq, dk, dv: a dK/dV pass then a dQ pass; or, where `tuning.atomic_dq` finds it faster and
+    `deterministic` is False, one pass whose dK/dV kernel also adds each block's dQ share to a
+    float32 dQ with atomics (order-dependent rounding)."""
+    atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
+    configs = configs or backward_configs(prob.block_d, prob.causal, atomic)
+    dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    dq = torch.empty_like(q) if deterministic else torch.zeros(q.shape, dtype=torch.float32,
-                                                                device=q.device)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic else torch.empty_like(q)
     delta = torch.empty_like(lse)
     lse_strides = prob.lse_strides(lse)
     flags = prob.flags()
@@ -629,8 +632,8 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None):
                  prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
     _launch(_bwd_dkdv_kernel, (triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
                                prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg,
-            ATOMIC_DQ=not deterministic, **flags)
-    if not deterministic:
+            ATOMIC_DQ=atomic, **flags)
+    if atomic:
         return dq.to(q.dtype), dk, dv
     dq_args = (q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
                *(sp.row_lists() if sp else (q, q, q)),
@@ -839,7 +842,7 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     """Run the attention op (with autograd) for prepared inputs; returns (out, lse).
 
     sparse: a block-sparse index with `block`, `row_lists()` and `col_lists()`, or None.
-    deterministic: a backward with no atomics, bitwise reproducible (a second pass for dQ).
+    deterministic: a backward with no atomics, bitwise reproducible (a dQ pass of its own).
     """
     _check_dropout(dropout_p)
     # a tensor, so that compiled graphs need not leave the graph to draw it
@@ -856,8 +859,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
 
     causal aligns the mask bottom-right (query i sees keys j <= i + Nk - Nq); key_padding_mask is a
     (B, Nk) bool tensor, True = keep. Returns out (B, Nq, Hq, d) and, with return_lse, the
-    log-sum-exp (B, Hq, Nq) in float32. The backward pass accumulates dQ with float32 atomics,
-    whose order varies; deterministic=True makes it bitwise reproducible (a separate dQ pass).
+    log-sum-exp (B, Hq, Nq) in float32. With dropout the backward adds dQ with float32 atomics,
+    whose order varies; deterministic=True keeps a separate dQ pass (bitwise reproducible).
     """
     q, k, v = check_qkv(q, k, v, 4)
     kpm = check_key_padding_mask(key_padding_mask, q, k)

@@ -4,8 +4,8 @@ import torch
 
 from kernels import (BlockSparseIndex, blocksparse_attn_func, dropout_mask, next_dropout_seed)
 from kernels.layouts import butterfly_layout, layout_union, local_layout
-from tests.kernels.helpers import (assert_close_to_reference, qkv, reference_with_grads,
-                                   run_with_grads)
+from tests.kernels.helpers import (assert_close_to_reference, backward_path, qkv,
+                                   reference_with_grads, run_with_grads)
 
 TOL32 = 1e-4
 
@@ -29,7 +29,8 @@ def random_layout(nb, density=0.5):
     (True, True, 0.2, False),
 ])
 def test_matches_masked_reference(seqlen, block, layout_kind, causal, padding, dropout_p,
-                                  deterministic):
+                                  deterministic, monkeypatch):
+    deterministic = backward_path(monkeypatch, deterministic)
     torch.manual_seed(seqlen + block)
     nb = -(-seqlen // block)
     if layout_kind == "butterfly":

@@ -5,7 +5,7 @@ import torch
 from kernels import (blocksparse_attn_func, dropout_mask, flash_attn_func, flash_attn_varlen_func,
                      next_dropout_seed, reference_attention)
 from kernels.layouts import butterfly_layout
-from tests.kernels.helpers import rel_err
+from tests.kernels.helpers import backward_path, rel_err
 
 pytestmark = pytest.mark.gpu
 BAND = {torch.bfloat16: 1e-2, torch.float16: 1e-2}
@@ -43,19 +43,21 @@ def _check(fn, tensors, dtype, **ref_kwargs):
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 80])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen", [1000, 4096])
-def test_dense_realistic(dtype, head_dim, causal, seqlen):
+def test_dense_realistic(dtype, head_dim, causal, seqlen, monkeypatch):
     torch.manual_seed(seqlen + head_dim)
     tensors = _inputs(2, seqlen, 4, 2, head_dim, dtype)
-    deterministic = dtype == torch.float16  # both backward modes (atomic dQ / dQ pass) at every shape
+    # both backward paths (a dQ pass / atomic dQ) at every shape
+    deterministic = backward_path(monkeypatch, dtype == torch.float16)
     _check(lambda q, k, v: flash_attn_func(q, k, v, causal=causal, deterministic=deterministic),
            tensors, dtype, causal=causal)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_dense_16k(head_dim):
+def test_dense_16k(head_dim, monkeypatch):
     torch.manual_seed(16)
     tensors = _inputs(1, 16384, 1, 1, head_dim, torch.bfloat16)
-    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=True, deterministic=head_dim == 128),
+    deterministic = backward_path(monkeypatch, head_dim == 128)
+    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=True, deterministic=deterministic),
            tensors, torch.bfloat16, causal=True)
 
 
