@@ -117,15 +117,18 @@ def _prepare_index(layout, block_size, causal, seqlen_q, seqlen_k, device):
 
 
 def blocksparse_attn_func(q, k, v, layout, block_size=128, dropout_p=0.0, softmax_scale=None,
-                          causal=False, key_padding_mask=None, return_lse=False):
+                          causal=False, key_padding_mask=None, return_lse=False,
+                          deterministic=False):
     """Attention restricted to the nonzero blocks of `layout`; q (B, Nq, Hq, d), k/v (B, Nk, Hkv, d).
 
     layout: (ceil(Nq/block_size), ceil(Nk/block_size)) bool tensor (shared by all batches and
     heads), or a BlockSparseIndex prebuilt for the same sequence lengths and causal flag. Inside the nonzero blocks the usual causal and padding
     masks apply. Rows whose blocks are all zero give zero output and zero gradients.
+    deterministic: as in flash_attn_func.
     """
     q, k, v = check_qkv(q, k, v, 4)
     kpm = check_key_padding_mask(key_padding_mask, q, k)
     index = _prepare_index(layout, block_size, causal, q.shape[1], k.shape[1], q.device)
-    out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, sparse=index)
+    out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, sparse=index,
+                              deterministic=deterministic)
     return (out, lse) if return_lse else out

@@ -19,6 +19,7 @@ import triton.language as tl
 
 from torch.library import wrap_triton
 
+from kernels import tuning
 from kernels.tuning import backward_configs, forward_config
 
 LOG2E = 1.4426950408889634
@@ -252,12 +253,13 @@ def _bwd_delta_kernel(O, DO, DELTA, CU_Q,
 
 
 @triton.jit
-def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_dn,
-                start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr,
-                seed, bh, dropout_p,
+def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
                 HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
-    """Contribution of one query block to dK and dV of the current key block (transposed tiles)."""
+                HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+    """Contribution of one query block to dK and dV of the current key block (transposed tiles);
+    with ATOMIC_DQ also its dQ share, added to a float32 dQ in memory."""
     rows = start_m + offs_m0
     d_ok = offs_d < HEAD_DIM
     if MASKED:
@@ -286,16 +288,21 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, 
         dpT = tl.where(keepT, dpT * scale, 0.0)
     else:
         dv += tl.dot(pT.to(do.dtype), do)
-    dsT = pT * (dpT - delta[None, :])
-    dk += tl.dot(dsT.to(q.dtype), q)
+    dsT = (pT * (dpT - delta[None, :])).to(q.dtype)
+    dk += tl.dot(dsT, q)
+    if ATOMIC_DQ:
+        dq = tl.dot(tl.trans(dsT), k) * sm_scale
+        tl.atomic_add(dq_base + rows[:, None] * stride_dqn + offs_d[None, :], dq, mask=q_mask,
+                      sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, COL_SPLIT, ROW_IDX,
-                     stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, COL_SPLIT,
+                     ROW_IDX, stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                      stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                      stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
+                     stride_dqb, stride_dqn, stride_dqh,
                      stride_lb, stride_lh, stride_mb,
                      seqlen_q, seqlen_k, n_heads_kv, group_size, sm_scale, qk_scale,
                      dropout_p, SEED,
@@ -303,7 +310,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                      SPARSE: tl.constexpr, DROPOUT: tl.constexpr, WARP_SPEC: tl.constexpr,
-                     LAYOUT_BLOCK: tl.constexpr):
+                     LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     qk_scale = tl.cast(qk_scale, tl.float32)
@@ -347,39 +354,45 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, KPM, CU_Q, CU_K, COL_PTR, 
         do_base = DO + b * stride_db + q_start * stride_dn + h * stride_dh
         lse_base = LSE + b * stride_lb + h * stride_lh + q_start
         delta_base = DELTA + b * stride_lb + h * stride_lh + q_start
+        dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
             lcol = start_n // LAYOUT_BLOCK
             split = tl.load(COL_SPLIT + lcol)
             for idx in range(tl.load(COL_PTR + lcol), split):
                 for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_M):
                     start_m = tl.load(ROW_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_M
-                    dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                         stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n,
-                                         offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                                         bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+                    dk, dv = _dkdv_block(
+                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                        stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                        sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False,
+                        HAS_KPM, DROPOUT, ATOMIC_DQ)
             for idx in range(split, tl.load(COL_PTR + lcol + 1)):
                 for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_M):
                     start_m = tl.load(ROW_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_M
-                    dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                         stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n,
-                                         offs_d, seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                                         bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                    dk, dv = _dkdv_block(
+                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                        stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                        sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
+                        HAS_KPM, DROPOUT, ATOMIC_DQ)
         else:
             for start_m in range(lo, mid, BLOCK_M):
-                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
-                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                                     dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                dk, dv = _dkdv_block(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
+                    HAS_KPM, DROPOUT, ATOMIC_DQ)
             for start_m in tl.range(mid, tail, BLOCK_M, warp_specialize=WARP_SPEC):
-                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
-                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                                     dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+                dk, dv = _dkdv_block(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False,
+                    HAS_KPM, DROPOUT, ATOMIC_DQ)
             for start_m in range(tl.maximum(mid, tail), seqlen_q, BLOCK_M):
-                dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                     stride_qn, stride_dn, start_m, start_n, offs_m0, offs_n, offs_d,
-                                     seqlen_q, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                                     dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                dk, dv = _dkdv_block(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
+                    HAS_KPM, DROPOUT, ATOMIC_DQ)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + offs_n[:, None]) * stride_dkn
@@ -593,9 +606,15 @@ def _forward(q, k, v, prob, config=None):
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, prob, configs=None):
-    dkdv_cfg, dq_cfg = (prob.tiles(c) for c in (configs or backward_configs(prob.block_d, prob.causal)))
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None):
+    """dq, dk, dv: a dK/dV pass then a dQ pass; or, where `tuning.atomic_dq` finds it faster and
+    `deterministic` is False, one pass whose dK/dV kernel also adds each block's dQ share to a
+    float32 dQ with atomics (order-dependent rounding)."""
+    atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
+    configs = configs or backward_configs(prob.block_d, prob.causal, atomic)
+    dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic else torch.empty_like(q)
     delta = torch.empty_like(lse)
     lse_strides = prob.lse_strides(lse)
     flags = prob.flags()
@@ -606,13 +625,16 @@ def _backward(do, q, k, v, o, lse, prob, configs=None):
         BLOCK_M=64, VARLEN=prob.varlen)
     common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
               *_strides(do, prob.varlen))
-    dkdv_args = (q, k, v, do, lse, delta, dk, dv, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-                 *(sp.col_lists() if sp else (q, q, q)),
-                 *common, *_strides(dk, prob.varlen), *_strides(dv, prob.varlen), *lse_strides,
+    dkdv_args = (q, k, v, do, lse, delta, dk, dv, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+                 *(sp.col_lists() if sp else (q, q, q)), *common, *_strides(dk, prob.varlen),
+                 *_strides(dv, prob.varlen), *_strides(dq, prob.varlen), *lse_strides,
                  prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group,
                  prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
     _launch(_bwd_dkdv_kernel, (triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
-                               prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg, **flags)
+                               prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg,
+            ATOMIC_DQ=atomic, **flags)
+    if atomic:
+        return dq.to(q.dtype), dk, dv
     dq_args = (q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
                *(sp.row_lists() if sp else (q, q, q)),
                *common, *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
@@ -671,8 +693,9 @@ def _attention_op(name):
 def _flash_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
                   kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
                   cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
-                  block: int, causal: bool, sm_scale: float,
-                  dropout_p: float) -> Tuple[torch.Tensor, torch.Tensor]:
+                  block: int, causal: bool, sm_scale: float, dropout_p: float,
+                  deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse); `deterministic` is not used here: it is saved for the backward op."""
     q, k, v, kpm, cu_q, cu_k = _fixed_strides(q, k, v, kpm, cu_q, cu_k)
     prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
                     dropout_p)
@@ -680,7 +703,7 @@ def _flash_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch
 
 
 def _flash_fwd_fake(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
-                    dropout_p):
+                    dropout_p, deterministic):
     if cu_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     else:
@@ -693,16 +716,17 @@ def _flash_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
                   o: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor,
                   kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
                   cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
-                  block: int, causal: bool, sm_scale: float,
-                  dropout_p: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  block: int, causal: bool, sm_scale: float, dropout_p: float,
+                  deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     do, q, k, v, o, kpm, cu_q, cu_k = _fixed_strides(do, q, k, v, o, kpm, cu_q, cu_k)
     prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
                     dropout_p)
-    return _backward(do if do.stride(-1) == 1 else do.contiguous(), q, k, v, o, lse, prob)
+    return _backward(do if do.stride(-1) == 1 else do.contiguous(), q, k, v, o, lse, prob,
+                     deterministic)
 
 
 def _flash_bwd_fake(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block,
-                    causal, sm_scale, dropout_p):
+                    causal, sm_scale, dropout_p, deterministic):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -814,10 +838,11 @@ def check_key_padding_mask(key_padding_mask, q, k):
 
 
 def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu_k=None,
-                   max_q=None, max_k=None, sparse=None):
+                   max_q=None, max_k=None, sparse=None, deterministic=False):
     """Run the attention op (with autograd) for prepared inputs; returns (out, lse).
 
     sparse: a block-sparse index with `block`, `row_lists()` and `col_lists()`, or None.
+    deterministic: a backward with no atomics, bitwise reproducible (a dQ pass of its own).
     """
     _check_dropout(dropout_p)
     # a tensor, so that compiled graphs need not leave the graph to draw it
@@ -825,7 +850,7 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     lists = [*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else []
     return _flash_fwd_op(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
                          sparse.block if sparse is not None else 0, bool(causal),
-                         _scale(softmax_scale, q.shape[-1]), float(dropout_p))
+                         _scale(softmax_scale, q.shape[-1]), float(dropout_p), bool(deterministic))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -834,12 +859,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
 
     causal aligns the mask bottom-right (query i sees keys j <= i + Nk - Nq); key_padding_mask is a
     (B, Nk) bool tensor, True = keep. Returns out (B, Nq, Hq, d) and, with return_lse, the
-    log-sum-exp (B, Hq, Nq) in float32. The backward pass uses no atomics, so it is always
-    deterministic; `deterministic` is accepted for flash-attn compatibility.
+    log-sum-exp (B, Hq, Nq) in float32. With dropout the backward adds dQ with float32 atomics,
+    whose order varies; deterministic=True keeps a separate dQ pass (bitwise reproducible).
     """
     q, k, v = check_qkv(q, k, v, 4)
     kpm = check_key_padding_mask(key_padding_mask, q, k)
-    out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm)
+    out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm,
+                              deterministic=deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -868,7 +894,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same number of sequences")
     out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, None,
-                              cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+                              cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                              deterministic=deterministic)
     return (out, lse) if return_lse else out
 
 

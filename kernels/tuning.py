@@ -16,6 +16,8 @@ _FORWARD_CAUSAL = {**_FORWARD, 128: (128, 64, 8, 3, False)}
 _DKDV = {16: (64, 64, 4, 3, True), 32: (64, 64, 4, 3, True), 64: (64, 64, 4, 3, True),
          128: (64, 128, 8, 2, True)}
 _DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3, False)}
+# the dK/dV kernel that also adds dQ with atomics (deterministic=False with dropout)
+_DKDV_ATOMIC = {**_DKDV, 64: (64, 64, 4, 3, False), 128: (64, 128, 8, 3, False)}
 _DQ = {16: (128, 64, 8, 3, True), 32: (128, 64, 8, 3, True), 64: (128, 64, 8, 3, True),
        128: (128, 64, 8, 4, False)}
 _DQ_CAUSAL = {**_DQ, 64: (128, 64, 8, 3, False)}
@@ -43,10 +45,20 @@ def forward_config(block_d, causal):
     return _config(_FORWARD_CAUSAL if causal else _FORWARD, block_d)
 
 
-def backward_configs(block_d, causal):
-    """Launch parameters of the dK/dV kernel and of the dQ kernel."""
+def atomic_dq(dropout_p):
+    """Whether a backward allowed to be non-deterministic adds dQ with float32 atomics inside the
+    dK/dV pass instead of running a dQ pass. H100 sweeps (kernels/NOTES.md, round 11): 1.2-1.3x
+    faster with dropout (the mask is regenerated once, not twice), 0-20% slower without."""
+    return dropout_p > 0
+
+
+def backward_configs(block_d, causal, atomic=False):
+    """Launch parameters of the dK/dV kernel (atomic: the one that also adds dQ) and of the dQ
+    kernel."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return _interpreter_config(), _interpreter_config()
+    if atomic:
+        return _config(_DKDV_ATOMIC, block_d), None
     if causal:
         return _config(_DKDV_CAUSAL, block_d), _config(_DQ_CAUSAL, block_d)
     return _config(_DKDV, block_d), _config(_DQ, block_d)

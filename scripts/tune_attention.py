@@ -1,6 +1,7 @@
 """Sweep tile configurations of the attention kernels on a GPU and print the fastest per case.
 
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
+                                         [--kinds fwd,dkdv,dq,dkdv_atomic]
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
 """
 import argparse
@@ -18,6 +19,10 @@ FWD = [(128, 64, 8, 3, False), (128, 64, 8, 3, True), (128, 128, 8, 3, False),
        (128, 128, 8, 3, True), (128, 64, 8, 4, False), (128, 128, 8, 2, True)]
 DKDV = [(64, 64, 4, 3, False), (64, 128, 8, 2, False), (64, 128, 8, 3, False),
         (64, 64, 4, 3, True), (64, 128, 8, 2, True), (64, 64, 8, 3, False)]
+# the dK/dV kernel that also adds dQ with atomics (deterministic=False) holds more registers
+DKDV_ATOMIC = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 128, 8, 2, False),
+               (64, 128, 8, 3, False), (64, 128, 8, 2, True), (32, 128, 4, 3, False),
+               (64, 64, 8, 3, False), (128, 64, 8, 2, False)]
 DQ = [(128, 64, 8, 3, False), (128, 64, 8, 3, True), (128, 128, 8, 3, False), (64, 64, 4, 3, False),
       (128, 64, 8, 4, False)]
 
@@ -36,6 +41,7 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--seqlen", type=int, default=4096)
     ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--kinds", default="fwd,dkdv,dq,dkdv_atomic")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -50,10 +56,12 @@ def main():
             do = torch.randn_like(q)
             prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, 0.0, 0, None)
             ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
-            ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, (cfg(DKDV[0]), cfg(DQ[0])))
+            ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
             fl_f = attention_flops(batch, n, n, heads, d, causal, "fwd")
             fl_b = attention_flops(batch, n, n, heads, d, causal, "bwd")
-            for kind, table in (("fwd", FWD), ("dkdv", DKDV), ("dq", DQ)):
+            tables = {"fwd": FWD, "dkdv": DKDV, "dq": DQ, "dkdv_atomic": DKDV_ATOMIC}
+            for kind in args.kinds.split(","):
+                table = tables[kind]
                 for t in table:
                     try:
                         if kind == "fwd":
@@ -62,10 +70,12 @@ def main():
                             ms = bench(lambda: fa._forward(q, k, v, prob, cfg(t)))
                             tf = fl_f / ms / 1e9
                         else:
-                            cfgs = (cfg(t), cfg(DQ[0])) if kind == "dkdv" else (cfg(DKDV[0]), cfg(t))
-                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, cfgs)
+                            cfgs = (cfg(DKDV[0]), cfg(t)) if kind == "dq" else (cfg(t), cfg(DQ[0]))
+                            det = kind != "dkdv_atomic"
+                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, det, configs=cfgs)
                             err = max((a.float() - b.float()).abs().max().item() for a, b in zip(g, ref_g))
-                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, cfgs))
+                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, det,
+                                                            configs=cfgs))
                             tf = None
                     except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a result
                         rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, error=str(exc)[:200]))
@@ -84,13 +94,12 @@ def main():
                     print(d, causal, name, f"fwd {ms:.3f} ms {fl_f / ms / 1e9:.0f} TF/s", flush=True)
             best = {}
             for r in rows:
-                if r["d"] == d and r["causal"] == causal and "ms" in r and r["kind"] in ("fwd", "dkdv", "dq"):
+                if r["d"] == d and r["causal"] == causal and "ms" in r and r["kind"] in tables:
                     if r["kind"] not in best or r["ms"] < best[r["kind"]]["ms"]:
                         best[r["kind"]] = r
-            bwd_ms = min(best["dkdv"]["ms"], best["dq"]["ms"])  # each row times a whole backward
-            print(f"BEST d={d} causal={causal}: fwd {best['fwd']['cfg']} {best['fwd']['tflops']:.0f} TF/s; "
-                  f"dkdv {best['dkdv']['cfg']} dq {best['dq']['cfg']}; fwd+bwd ~ "
-                  f"{(fl_f + fl_b) / (best['fwd']['ms'] + bwd_ms) / 1e9:.0f} TF/s", flush=True)
+            # each backward row times a whole backward
+            print(f"BEST d={d} causal={causal}: " + "; ".join(
+                f"{kind} {r['cfg']} {r['ms']:.3f} ms" for kind, r in best.items()), flush=True)
     (out_dir / "tune.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
                                                       seqlen=n, rows=rows), indent=1))
 

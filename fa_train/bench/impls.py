@@ -5,8 +5,8 @@ a no-argument forward function (inputs already laid out the way the implementati
 so the timed call does no transposes or copies), its leaf tensors (for gradients) and a converter
 of its output back to (B, N, H, d) for the correctness guard.
 
-- ``flash``: ``kernels.flash_attn_func`` (B, N, H, d); padding through its ``key_padding_mask``
-  argument when it has one, else ``kernels.flash_attn_varlen_func`` on unpadded (packed) inputs.
+- ``flash``: ``kernels.flash_attn_func`` (B, N, H, d), padding through its ``key_padding_mask``;
+  ``flash_deterministic``: the same with ``deterministic=True`` (a dQ pass instead of atomics).
 - ``standard``: materialized attention, ``fa_train.attention``'s ``standard`` (the paper's baseline).
 - ``sdpa_flash`` / ``sdpa_cudnn`` / ``sdpa_efficient``: torch SDPA pinned to one backend, (B, H, N, d).
 - ``flex``: ``torch.compile(flex_attention)`` (eager on CPU) with a BlockMask for causal/padding.
@@ -21,7 +21,7 @@ import torch
 
 from fa_train.bench.common import Unsupported
 
-ATTENTION_IMPL_NAMES = ("flash", "standard", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex")
+ATTENTION_IMPL_NAMES = ("flash", "flash_deterministic", "standard", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex")
 
 
 @dataclass
@@ -94,16 +94,18 @@ def _check_triton_device(case, what):
 
 
 class FlashImpl(AttentionImpl):
-    name = "flash"
+    def __init__(self, name="flash", deterministic=False):
+        self.name, self.deterministic = name, deterministic
 
     def check_support(self, case):
-        _check_triton_device(case, "flash")
+        _check_triton_device(case, self.name)
 
     def build(self, case, q, k, v, dropout_p):
         from kernels import flash_attn_func
         leaves = _leaves_bnhd(q, k, v)
         return Built(lambda: flash_attn_func(*leaves, dropout_p=dropout_p, causal=case.causal,
-                                             key_padding_mask=case.key_padding_mask),
+                                             key_padding_mask=case.key_padding_mask,
+                                             deterministic=self.deterministic),
                      leaves, _identity)
 
 
@@ -253,6 +255,7 @@ class FlexImpl(AttentionImpl):
 def default_impls():
     return {
         "flash": FlashImpl(),
+        "flash_deterministic": FlashImpl("flash_deterministic", deterministic=True),
         "standard": StandardImpl(),
         "sdpa_flash": SDPAImpl("sdpa_flash", "FLASH_ATTENTION"),
         "sdpa_cudnn": SDPAImpl("sdpa_cudnn", "CUDNN_ATTENTION"),

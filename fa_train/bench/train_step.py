@@ -149,7 +149,7 @@ def _profile(step, x, y, steps=3):
         torch.cuda.synchronize()
     kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
     busy = sum(e.self_device_time_total for e in kernels) / 1e3 / steps
-    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:12]
+    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:20]
     return busy, [{"kernel": e.key[:90], "ms_per_step": e.self_device_time_total / 1e3 / steps,
                    "calls_per_step": e.count / steps} for e in top]
 

@@ -1,7 +1,7 @@
 """Shared helpers for kernel tests: random inputs, float64 references, relative errors."""
 import torch
 
-from kernels import reference_attention
+from kernels import reference_attention, tuning
 
 
 def rel_err(x, ref):
@@ -45,3 +45,11 @@ def assert_close_to_reference(out, grads, ref_out, ref_grads, tol):
     for name, g, rg in zip("qkv", grads, ref_grads):
         assert torch.isfinite(g).all(), f"d{name} has NaN/inf"
         assert rel_err(g, rg) < tol, f"d{name} rel err {rel_err(g, rg):.2e}"
+
+
+def backward_path(monkeypatch, deterministic):
+    """Make deterministic=False take the atomic-dQ backward whatever the dropout (by default only
+    dropout does), so that a test covers both backward paths; returns the flag to pass."""
+    if not deterministic:
+        monkeypatch.setattr(tuning, "atomic_dq", lambda dropout_p: True)
+    return deterministic

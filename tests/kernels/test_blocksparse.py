@@ -4,8 +4,8 @@ import torch
 
 from kernels import (BlockSparseIndex, blocksparse_attn_func, dropout_mask, next_dropout_seed)
 from kernels.layouts import butterfly_layout, layout_union, local_layout
-from tests.kernels.helpers import (assert_close_to_reference, qkv, reference_with_grads,
-                                   run_with_grads)
+from tests.kernels.helpers import (assert_close_to_reference, backward_path, qkv,
+                                   reference_with_grads, run_with_grads)
 
 TOL32 = 1e-4
 
@@ -24,10 +24,13 @@ def random_layout(nb, density=0.5):
     (70, 16, "random"), (64, 16, "butterfly"), (100, 32, "random"), (1, 16, "random"),
     (130, 64, "random"),  # layout blocks larger than the kernel tile: several tiles per block
 ])
-@pytest.mark.parametrize("causal,padding,dropout_p", [
-    (False, False, 0.0), (True, False, 0.0), (False, True, 0.2), (True, True, 0.2),
+@pytest.mark.parametrize("causal,padding,dropout_p,deterministic", [
+    (False, False, 0.0, False), (True, False, 0.0, True), (False, True, 0.2, True),
+    (True, True, 0.2, False),
 ])
-def test_matches_masked_reference(seqlen, block, layout_kind, causal, padding, dropout_p):
+def test_matches_masked_reference(seqlen, block, layout_kind, causal, padding, dropout_p,
+                                  deterministic, monkeypatch):
+    deterministic = backward_path(monkeypatch, deterministic)
     torch.manual_seed(seqlen + block)
     nb = -(-seqlen // block)
     if layout_kind == "butterfly":
@@ -40,7 +43,8 @@ def test_matches_masked_reference(seqlen, block, layout_kind, causal, padding, d
     state = torch.get_rng_state()
     out, grads, g = run_with_grads(
         lambda q, k, v: blocksparse_attn_func(q, k, v, layout, block_size=block, causal=causal,
-                                              dropout_p=dropout_p, key_padding_mask=mask), tensors)
+                                              dropout_p=dropout_p, key_padding_mask=mask,
+                                              deterministic=deterministic), tensors)
     keep = None
     if dropout_p:
         torch.set_rng_state(state)

@@ -4,10 +4,11 @@ import itertools
 import pytest
 import torch
 
+from kernels import flash_attn as fa
 from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
                      reference_attention)
-from tests.kernels.helpers import (assert_close_to_reference, qkv, reference_with_grads, rel_err,
-                                   run_with_grads)
+from tests.kernels.helpers import (assert_close_to_reference, backward_path, qkv,
+                                   reference_with_grads, rel_err, run_with_grads)
 
 TOL32 = 1e-4  # float32 inputs: interpreter dots are exact float32
 
@@ -26,16 +27,21 @@ def _padding_mask(batch, seqlen_k):
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k,head_dim", SHAPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_shapes_match_reference(seqlen_q, seqlen_k, head_dim, causal):
+@pytest.mark.parametrize("deterministic", [False, True])  # atomic dQ / a separate dQ pass
+def test_shapes_match_reference(seqlen_q, seqlen_k, head_dim, causal, deterministic, monkeypatch):
+    deterministic = backward_path(monkeypatch, deterministic)
     torch.manual_seed(seqlen_q * 1000 + seqlen_k + head_dim)
     tensors = qkv(2, seqlen_q, seqlen_k, 2, 2, head_dim)
-    out, grads, g = run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, causal=causal), tensors)
+    out, grads, g = run_with_grads(lambda q, k, v: flash_attn_func(
+        q, k, v, causal=causal, deterministic=deterministic), tensors)
     ref, ref_grads = reference_with_grads(tensors, g, causal=causal)
     assert_close_to_reference(out, grads, ref, ref_grads, TOL32)
 
 
 @pytest.mark.parametrize("causal,padding,dropout_p,group", FEATURES)
-def test_feature_combinations(causal, padding, dropout_p, group):
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_feature_combinations(causal, padding, dropout_p, group, deterministic, monkeypatch):
+    deterministic = backward_path(monkeypatch, deterministic)
     torch.manual_seed(hash((causal, padding, dropout_p, group)) % 2**31)
     batch, seqlen, heads, head_dim = 2, 45, 4, 32
     tensors = qkv(batch, seqlen, seqlen, heads, heads // group, head_dim)
@@ -43,7 +49,7 @@ def test_feature_combinations(causal, padding, dropout_p, group):
     seed_state = torch.get_rng_state()
     out, grads, g = run_with_grads(
         lambda q, k, v: flash_attn_func(q, k, v, dropout_p=dropout_p, causal=causal,
-                                        key_padding_mask=mask), tensors)
+                                        key_padding_mask=mask, deterministic=deterministic), tensors)
     keep = None
     if dropout_p:
         torch.set_rng_state(seed_state)
@@ -78,8 +84,10 @@ def test_rows_without_keys_are_zero_with_zero_grads():
     assert out[0, 20:].abs().max() > 0
 
 
-@pytest.mark.parametrize("causal,dropout_p", [(False, 0.0), (True, 0.0), (True, 0.2)])
-def test_varlen_matches_per_sequence_reference(causal, dropout_p):
+@pytest.mark.parametrize("causal,dropout_p,deterministic",
+                         [(False, 0.0, True), (True, 0.0, False), (True, 0.2, True), (True, 0.2, False)])
+def test_varlen_matches_per_sequence_reference(causal, dropout_p, deterministic, monkeypatch):
+    deterministic = backward_path(monkeypatch, deterministic)
     torch.manual_seed(5)
     lengths = [5, 33, 1, 20]
     cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
@@ -88,7 +96,8 @@ def test_varlen_matches_per_sequence_reference(causal, dropout_p):
     state = torch.get_rng_state()
     out, grads, g = run_with_grads(
         lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths),
-                                               dropout_p=dropout_p, causal=causal), tensors)
+                                               dropout_p=dropout_p, causal=causal,
+                                               deterministic=deterministic), tensors)
     torch.set_rng_state(state)
     seed = next_dropout_seed()
     for b, n in enumerate(lengths):
@@ -128,6 +137,19 @@ def test_dropout_uniforms_are_independent_across_neighbouring_keys():
         assert abs(both - 0.75 ** 2) < 0.01, shift
     assert abs((keep[..., 1:, :] * keep[..., :-1, :]).mean().item() - 0.75 ** 2) < 0.01
     assert abs((keep[:, 1:] * keep[:, :-1]).mean().item() - 0.75 ** 2) < 0.01  # heads
+
+
+@pytest.mark.parametrize("dropout_p,deterministic,dq_pass", [
+    (0.0, False, True), (0.2, False, False), (0.2, True, True)])
+def test_backward_adds_dq_with_atomics_only_with_dropout_and_when_allowed(
+        dropout_p, deterministic, dq_pass, monkeypatch):
+    launched, launch = [], fa._launch
+    monkeypatch.setattr(fa, "_launch", lambda kernel, *args, **kwargs: (
+        launched.append(kernel.fn.__name__), launch(kernel, *args, **kwargs))[1])
+    tensors = qkv(1, 40, 40, 2, 2, 16)
+    run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, dropout_p=dropout_p,
+                                                   deterministic=deterministic), tensors)
+    assert ("_bwd_dq_kernel" in launched) == dq_pass, launched
 
 
 def test_backward_is_bitwise_deterministic():

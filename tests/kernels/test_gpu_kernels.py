@@ -5,7 +5,7 @@ import torch
 from kernels import (blocksparse_attn_func, dropout_mask, flash_attn_func, flash_attn_varlen_func,
                      next_dropout_seed, reference_attention)
 from kernels.layouts import butterfly_layout
-from tests.kernels.helpers import rel_err
+from tests.kernels.helpers import backward_path, rel_err
 
 pytestmark = pytest.mark.gpu
 BAND = {torch.bfloat16: 1e-2, torch.float16: 1e-2}
@@ -43,28 +43,34 @@ def _check(fn, tensors, dtype, **ref_kwargs):
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 80])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen", [1000, 4096])
-def test_dense_realistic(dtype, head_dim, causal, seqlen):
+def test_dense_realistic(dtype, head_dim, causal, seqlen, monkeypatch):
     torch.manual_seed(seqlen + head_dim)
     tensors = _inputs(2, seqlen, 4, 2, head_dim, dtype)
-    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=causal), tensors, dtype, causal=causal)
+    # both backward paths (a dQ pass / atomic dQ) at every shape
+    deterministic = backward_path(monkeypatch, dtype == torch.float16)
+    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=causal, deterministic=deterministic),
+           tensors, dtype, causal=causal)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_dense_16k(head_dim):
+def test_dense_16k(head_dim, monkeypatch):
     torch.manual_seed(16)
     tensors = _inputs(1, 16384, 1, 1, head_dim, torch.bfloat16)
-    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=True), tensors, torch.bfloat16,
-           causal=True)
+    deterministic = backward_path(monkeypatch, head_dim == 128)
+    _check(lambda q, k, v: flash_attn_func(q, k, v, causal=True, deterministic=deterministic),
+           tensors, torch.bfloat16, causal=True)
 
 
-def test_padding_dropout_gqa_uneven_lengths():
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_padding_dropout_gqa_uneven_lengths(deterministic):
     torch.manual_seed(1)
     batch, heads, seqlen = 2, 8, 1537
     tensors = _inputs(batch, seqlen, heads, 2, 64, torch.bfloat16, seqlen_k=1200)
     mask = torch.rand(batch, 1200, device="cuda") > 0.2
     state = torch.cuda.get_rng_state()  # dropout seeds are drawn on the GPU
     keep = dropout_mask(batch, heads, seqlen, 1200, 0.1, next_dropout_seed())
-    fn = lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.1, causal=True, key_padding_mask=mask)
+    fn = lambda q, k, v: flash_attn_func(q, k, v, dropout_p=0.1, causal=True, key_padding_mask=mask,
+                                         deterministic=deterministic)
     out = fn(*tensors)
     assert abs(keep.float().mean().item() - 0.9) < 0.01
     torch.cuda.set_rng_state(state)

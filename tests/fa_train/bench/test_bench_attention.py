@@ -175,7 +175,8 @@ def test_gpu_attention_smoke(tmp_path):
 
 def test_flash_impl_with_padding_runs_the_kernel_under_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    cfg = AttentionBenchConfig(**dict(TINY, impls=["flash"], seqlens=[32], causal=[1],
-                                      passes=["fwd+bwd"], padding=True))
+    cfg = AttentionBenchConfig(**dict(TINY, impls=["flash", "flash_deterministic"], seqlens=[32],
+                                      causal=[1], passes=["fwd+bwd"], padding=True))
     rows = run_attention_bench(cfg)
-    assert rows and all(r["status"] == "ok" and r["check_passed"] for r in rows), rows
+    assert {r["impl"] for r in rows} == {"flash", "flash_deterministic"}
+    assert all(r["status"] == "ok" and r["check_passed"] for r in rows), rows
