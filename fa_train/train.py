@@ -250,7 +250,8 @@ def train(cfg) -> dict:
     model, n_params, seq_len, batch_size, global_batch_size, accumulate_grad_batches, devices,
     precision, global_step, epoch, wall_time_s, train_loss_first, train_loss_last, loss_start,
     loss_end, every logged final metric (val/loss, val/ppl, val/acc, test/..., ...),
-    tokens_per_sec_per_device, mfu, peak_memory_gib, flops_per_token, output_dir, checkpoint.
+    tokens_per_sec_per_device (rank 0's), tokens_per_sec (that times world_size), world_size, mfu,
+    peak_memory_gib, flops_per_token, output_dir, checkpoint.
     """
     import lightning as L
     import torch
@@ -378,6 +379,10 @@ def train(cfg) -> dict:
                     metrics[k] = s
         if perf is not None:
             metrics.update(perf.summary)
+            if trainer is not None and perf.summary.get("tokens_per_sec_per_device"):
+                metrics["world_size"] = trainer.world_size
+                metrics["tokens_per_sec"] = (perf.summary["tokens_per_sec_per_device"]
+                                             * trainer.world_size)
         if metrics.get("attention") == "blocksparse":
             from fa_train.attention.dispatch import LAYOUT_STATS
             metrics.update(LAYOUT_STATS)

@@ -199,6 +199,23 @@ def context_sweep():
     return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
 
 
+def ddp_scaling():
+    path = "reports/ddp_scaling/gpu/results.json"
+    runs, data = _by_label(path, "impl", "gpus")
+    lines = ["", "GPT-2 small, compiled, 16 x 1024 tokens per GPU per step, on 1 GPU and on 2 with Lightning "
+             f"DDP (recipe ddp_scaling, scale gpu; `{path}`)", "",
+             "| impl | GPUs | tokens/s per GPU | tokens/s, all GPUs | scaling efficiency |", "|---|---|---|---|---|"]
+    for impl in ("flash", "sdpa"):
+        one = (runs.get((impl, 1)) or {}).get("metrics") or {}
+        for gpus in (1, 2):
+            run = runs.get((impl, gpus))
+            mine = (run or {}).get("metrics") or {}
+            ratio = (mine.get("tokens_per_sec_per_device") or 0) / (one.get("tokens_per_sec_per_device") or 1)
+            lines.append(f"| {impl} | {gpus} | {_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
+                         f"{_metric(run, 'tokens_per_sec', ',.0f')} | {ratio:.2f} |")
+    return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
+
+
 def lra():
     path = "reports/table3_lra/gpu/results.json"
     runs, data = _by_label(path, "task", "impl")
@@ -230,7 +247,7 @@ def lra():
 
 def render():
     lines = (dense_table() + long_sequences() + figure3() + io_and_blocksparse() + training()
-             + bare_model() + context() + context_sweep() + lra())
+             + bare_model() + context() + context_sweep() + ddp_scaling() + lra())
     return "\n".join([BEGIN, *lines, END])
 
 

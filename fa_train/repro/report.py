@@ -275,7 +275,7 @@ def render_table(ours: Ours, table: dict[str, Any], scale: str) -> list[str]:
     def header(col: str) -> str:
         spec = col_specs.get(col) or {}
         unit = units.get(col) or (recipe.metrics.get(spec.get("metric"), {}).get("unit")
-                                  if col in extra else None)
+                                  if col in extra and not spec.get("derive") else None)
         return f"{col} ({unit})" if unit and unit.lower() not in col.lower() else col
 
     show_paper = table.get("show_paper", True)

@@ -135,9 +135,13 @@ class InProcessExecutor:
 
     Saves the interpreter start and imports of each subprocess (the CPU smoke test runs every
     recipe this way; on a GPU, sweeps of short runs). Memory is released between runs, but there is
-    no timeout and no isolation: a run that corrupts the CUDA context takes the rest with it."""
+    no timeout and no isolation: a run that corrupts the CUDA context takes the rest with it.
+    Runs of several processes (DDP, FSDP) go through SubprocessExecutor: Lightning starts the
+    other processes by re-running the command line, which must be `fa-train`'s own."""
 
     def __call__(self, run: Run, run_dir: Path, timeout_s: float | None) -> Outcome:
+        if _several_processes(run):
+            return SubprocessExecutor()(run, run_dir, timeout_s)
         import contextlib
         import io
         buf = io.StringIO()
@@ -164,6 +168,13 @@ class InProcessExecutor:
             (run_dir / LOG_FILE).write_text(buf.getvalue())
             _release_memory()
         return Outcome(returncode=0, output=buf.getvalue()[-TAIL_CHARS:])
+
+
+def _several_processes(run: Run) -> bool:
+    """A training run whose trainer starts one process per device."""
+    o = run.overrides
+    return run.kind == "train" and (o.get("trainer") in ("ddp", "fsdp")
+                                    or int(o.get("trainer.devices") or 1) > 1)
 
 
 def _release_memory() -> None:

@@ -9,7 +9,7 @@ from fa_train.repro.recipe import (SCALES, Recipe, Run, format_override_value, l
 
 REPO = Path(__file__).resolve().parents[3]
 EXPECTED = {"table1_bert", "table2_gpt2", "table3_lra", "table4_gpt2_context", "table5_longdoc",
-            "table6_pathx", "figure2_io", "figure3_attention", "context_sweep"}
+            "table6_pathx", "figure2_io", "figure3_attention", "context_sweep", "ddp_scaling"}
 RECIPES = list_recipe_paths(REPO / "recipes")
 
 
@@ -31,7 +31,8 @@ def test_recipe_schema(path):
         assert sc["hardware"] and sc["measures"]
         assert recipe.runs(scale), scale
     smoke = recipe.runs("smoke")
-    assert all(r.overrides.get("trainer") == "cpu" for r in smoke if r.kind == "train")
+    assert all("cpu" in (r.overrides.get("trainer"), r.overrides.get("trainer.accelerator"))
+               for r in smoke if r.kind == "train")
     assert all(r.args.get("device") == "cpu" for r in smoke if r.kind == "bench")
 
 
@@ -57,6 +58,16 @@ def test_context_sweep_covers_every_length_and_impl():
                    for k in range(7)}
     assert all(r.overrides.get("attention") == "blocksparse" for r in recipe.runs("gpu")
                if r.labels["impl"] == "blocksparse")
+
+
+def test_ddp_scaling_runs_one_and_two_processes_of_each_impl():
+    recipe = load_recipe(REPO / "recipes/ddp_scaling.yaml")
+    runs = {(r.labels["impl"], r.labels["gpus"]): r for r in recipe.runs("gpu")}
+    assert set(runs) == {(i, g) for i in ("flash", "sdpa") for g in (1, 2)}
+    for (impl, gpus), run in runs.items():
+        assert run.overrides["trainer"] == ("gpu" if gpus == 1 else "ddp")
+        assert run.overrides.get("trainer.devices", 1) == gpus
+        assert run.experiment == f"gpt2/small-{impl}"
 
 
 def test_every_train_run_composes_at_every_scale():
