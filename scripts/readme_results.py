@@ -201,18 +201,18 @@ def context_sweep():
 
 def ddp_scaling():
     path = "reports/ddp_scaling/gpu/results.json"
-    runs, data = _by_label(path, "impl", "gpus")
+    runs, data = _by_label(path, "impl", "gpus", "grads")
     lines = ["", "GPT-2 small, compiled, 16 x 1024 tokens per GPU per step, on 1 GPU and on 2 with Lightning "
              f"DDP (recipe ddp_scaling, scale gpu; `{path}`)", "",
-             "| impl | GPUs | tokens/s per GPU | tokens/s, all GPUs | scaling efficiency |", "|---|---|---|---|---|"]
-    for impl in ("flash", "sdpa"):
-        one = (runs.get((impl, 1)) or {}).get("metrics") or {}
-        for gpus in (1, 2):
-            run = runs.get((impl, gpus))
-            mine = (run or {}).get("metrics") or {}
-            ratio = (mine.get("tokens_per_sec_per_device") or 0) / (one.get("tokens_per_sec_per_device") or 1)
-            lines.append(f"| {impl} | {gpus} | {_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
-                         f"{_metric(run, 'tokens_per_sec', ',.0f')} | {ratio:.2f} |")
+             "| impl | GPUs | gradients all-reduced in | tokens/s per GPU | tokens/s, all GPUs | scaling efficiency |",
+             "|---|---|---|---|---|---|"]
+    for impl, gpus, grads in sorted(runs, key=lambda key: (key[0] != "flash", key[1], key[2] != "fp32")):
+        run = runs[(impl, gpus, grads)]
+        one = (runs.get((impl, 1, "fp32")) or {}).get("metrics") or {}
+        mine = run.get("metrics") or {}
+        ratio = (mine.get("tokens_per_sec_per_device") or 0) / (one.get("tokens_per_sec_per_device") or 1)
+        lines.append(f"| {impl} | {gpus} | {grads} | {_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
+                     f"{_metric(run, 'tokens_per_sec', ',.0f')} | {ratio:.2f} |")
     return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
 
 

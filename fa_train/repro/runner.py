@@ -342,7 +342,10 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     for i, run in enumerate(runs, 1):
         run_dir = out / run.name
         prefix = f"[{i}/{len(runs)}] {run.name}"
-        if not force and is_done(results.run(run.name), run, run_dir):
+        done = results.run(run.name)
+        if not force and is_done(done, run, run_dir):
+            if done.get("labels") != run.labels:  # labels only describe a run: follow the recipe
+                results.record(run.name, dict(done, labels=run.labels))
             console.print(f"{prefix}: [green]ok[/] (done before, skipped)")
             counts["skipped"] = counts.get("skipped", 0) + 1
             continue

@@ -108,4 +108,10 @@ def test_distributed_trainer_configs_instantiate():
     strategy = instantiate(cfg.trainer.strategy, _convert_="all")
     assert isinstance(strategy, FSDPStrategy)
     assert isinstance(strategy.kwargs["auto_wrap_policy"], ModuleWrapPolicy)
-    assert compose_experiment("default", ["trainer=ddp"]).trainer.strategy == "ddp"
+    from lightning.pytorch.strategies import DDPStrategy
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    ddp = compose_experiment("default", ["trainer=ddp", "trainer.strategy.ddp_comm_hook.dtype=bf16"])
+    strategy = instantiate(ddp.trainer.strategy, _convert_="all")
+    assert isinstance(strategy, DDPStrategy)
+    assert strategy._ddp_comm_hook is default_hooks.bf16_compress_hook
+    assert strategy._ddp_kwargs["gradient_as_bucket_view"] is True

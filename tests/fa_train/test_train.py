@@ -213,8 +213,10 @@ def test_multirun_from_the_command_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_two_cpu_processes_gloo(tmp_path):
+@pytest.mark.parametrize("grad_dtype", ["fp32", "bf16"])  # bf16: gradients all-reduced in bf16
+def test_ddp_two_cpu_processes_gloo(tmp_path, grad_dtype):
     cmd = _fa_train() + ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                         f"trainer.strategy.ddp_comm_hook.dtype={grad_dtype}",
                          "trainer.precision=32-true", "trainer.max_steps=3",
                          f"paths.log_dir={tmp_path}", f"data._target_={FAKE}FakeLMDataModule",
                          "model.n_layer=1", "model.d_model=16", "model.n_head=2",

@@ -68,6 +68,12 @@ def test_records_every_run_and_resumes(mini_recipe, tmp_path):
                only=["base"])
     assert forced.calls == ["base"]
 
+    mini_recipe.data["runs"][0]["labels"] = {"impl": "renamed"}   # a recipe relabels a done run
+    relabelled = FakeExecutor()
+    data = run_recipe(mini_recipe, "smoke", out, executor=relabelled, console=quiet())
+    assert relabelled.calls == [] and data["runs"]["base"]["labels"] == {"impl": "renamed"}
+    assert data["runs"]["base"]["metrics"]["val/ppl"] == 20.0
+
 
 def test_failures_and_oom_are_results_and_retried(mini_recipe, tmp_path):
     out = tmp_path / "out"
