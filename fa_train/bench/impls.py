@@ -21,7 +21,8 @@ import torch
 
 from fa_train.bench.common import Unsupported
 
-ATTENTION_IMPL_NAMES = ("flash", "flash_deterministic", "standard", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex")
+ATTENTION_IMPL_NAMES = ("flash", "flash_deterministic", "standard", "sdpa_flash", "sdpa_cudnn",
+                        "sdpa_efficient", "flex")
 
 
 @dataclass

@@ -174,7 +174,7 @@ def _several_processes(run: Run) -> bool:
     """A training run whose trainer starts one process per device."""
     o = run.overrides
     return run.kind == "train" and (o.get("trainer") in ("ddp", "fsdp")
-                                    or int(o.get("trainer.devices") or 1) > 1)
+                                    or o.get("trainer.devices", 1) not in (1, "1", None))
 
 
 def _release_memory() -> None:
