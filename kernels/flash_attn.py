@@ -591,10 +591,10 @@ def _launch(kernel, grid, args, config, **flags):
 
 
 def _forward(q, k, v, prob, config=None):
-    config = prob.tiles(config or forward_config(prob.block_d, prob.causal))
+    sp = prob.sparse
+    config = prob.tiles(config or forward_config(prob.block_d, prob.causal, sp is not None))
     o = torch.empty_like(q)
     lse = prob.lse_buffer(q)
-    sp = prob.sparse
     grid = (triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
     args = (q, k, v, o, lse, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
             *(sp.row_lists() if sp else (q, q, q)),
@@ -611,7 +611,8 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None):
     `deterministic` is False, one pass whose dK/dV kernel also adds each block's dQ share to a
     float32 dQ with atomics (order-dependent rounding)."""
     atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
-    configs = configs or backward_configs(prob.block_d, prob.causal, atomic)
+    configs = configs or backward_configs(prob.block_d, prob.causal, atomic,
+                                          prob.sparse is not None)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic else torch.empty_like(q)

@@ -21,6 +21,10 @@ _DKDV_ATOMIC = {**_DKDV, 64: (64, 64, 4, 3, False), 128: (64, 128, 8, 3, False)}
 _DQ = {16: (128, 64, 8, 3, True), 32: (128, 64, 8, 3, True), 64: (128, 64, 8, 3, True),
        128: (128, 64, 8, 4, False)}
 _DQ_CAUSAL = {**_DQ, 64: (128, 64, 8, 3, False)}
+# what block-sparse calls change (few tiles per row; tiles fit in the layout blocks, no warp
+# specialization): H100 sweeps over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, round 12)
+_FORWARD_SPARSE = {64: (128, 64, 4, 3, False)}
+_DQ_SPARSE = {64: (64, 64, 4, 3, False)}
 
 
 def _bucket(block_d):
@@ -38,11 +42,12 @@ def _interpreter_config():
     return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1, "WARP_SPEC": False}
 
 
-def forward_config(block_d, causal):
-    """Launch parameters of the forward kernel."""
+def forward_config(block_d, causal, sparse=False):
+    """Launch parameters of the forward kernel (sparse: of a block-sparse call)."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return _interpreter_config()
-    return _config(_FORWARD_CAUSAL if causal else _FORWARD, block_d)
+    table = _FORWARD_CAUSAL if causal else _FORWARD
+    return _config({**table, **_FORWARD_SPARSE} if sparse else table, block_d)
 
 
 def atomic_dq(dropout_p):
@@ -52,13 +57,12 @@ def atomic_dq(dropout_p):
     return dropout_p > 0
 
 
-def backward_configs(block_d, causal, atomic=False):
+def backward_configs(block_d, causal, atomic=False, sparse=False):
     """Launch parameters of the dK/dV kernel (atomic: the one that also adds dQ) and of the dQ
-    kernel."""
+    kernel (sparse: of a block-sparse call)."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return _interpreter_config(), _interpreter_config()
     if atomic:
         return _config(_DKDV_ATOMIC, block_d), None
-    if causal:
-        return _config(_DKDV_CAUSAL, block_d), _config(_DQ_CAUSAL, block_d)
-    return _config(_DKDV, block_d), _config(_DQ, block_d)
+    dkdv, dq = (_DKDV_CAUSAL, _DQ_CAUSAL) if causal else (_DKDV, _DQ)
+    return _config(dkdv, block_d), _config({**dq, **_DQ_SPARSE} if sparse else dq, block_d)

@@ -1,7 +1,10 @@
 """Sweep tile configurations of the attention kernels on a GPU and print the fastest per case.
 
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
-                                         [--kinds fwd,dkdv,dq,dkdv_atomic]
+                                         [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
+                                         [--butterfly K]
+--butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
+blocks (tiles then fit in the layout's blocks and run without warp specialization).
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
 """
 import argparse
@@ -11,12 +14,15 @@ import pathlib
 import torch
 import triton
 
+from kernels import BlockSparseIndex
 from kernels import flash_attn as fa
+from kernels.layouts import butterfly_layout
 from fa_train.metrics.flops import attention_flops
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize); the first of each list is the reference
 FWD = [(128, 64, 8, 3, False), (128, 64, 8, 3, True), (128, 128, 8, 3, False),
-       (128, 128, 8, 3, True), (128, 64, 8, 4, False), (128, 128, 8, 2, True)]
+       (128, 128, 8, 3, True), (128, 64, 8, 4, False), (128, 128, 8, 2, True),
+       (64, 64, 4, 3, False), (128, 64, 4, 3, False), (64, 128, 4, 3, False), (128, 128, 8, 4, False)]
 DKDV = [(64, 64, 4, 3, False), (64, 128, 8, 2, False), (64, 128, 8, 3, False),
         (64, 64, 4, 3, True), (64, 128, 8, 2, True), (64, 64, 8, 3, False)]
 # the dK/dV kernel that also adds dQ with atomics (deterministic=False) holds more registers
@@ -42,6 +48,8 @@ def main():
     ap.add_argument("--seqlen", type=int, default=4096)
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--kinds", default="fwd,dkdv,dq,dkdv_atomic")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--butterfly", type=int, default=0, help="factors of a butterfly layout (0: dense)")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -49,16 +57,20 @@ def main():
     n = args.seqlen
     for d in map(int, args.head_dims.split(",")):
         heads, batch = 2048 // d, max(1, 16384 // n)
-        for causal in (False, True):
+        for causal in (c == "1" for c in args.causal.split(",")):
             torch.manual_seed(0)
             q, k, v = [torch.randn(batch, n, heads, d, device="cuda", dtype=torch.bfloat16)
                        for _ in range(3)]
             do = torch.randn_like(q)
-            prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, 0.0, 0, None)
+            sparse, density = None, 1.0
+            if args.butterfly:
+                layout = butterfly_layout(n, 128, n_factors=args.butterfly)
+                sparse = BlockSparseIndex.from_layout(layout, 128, n, n, causal, q.device)
+                density = layout.float().mean().item()
+            prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, 0.0, 0, sparse)
             ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
             ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
-            fl_f = attention_flops(batch, n, n, heads, d, causal, "fwd")
-            fl_b = attention_flops(batch, n, n, heads, d, causal, "bwd")
+            fl_f = density * attention_flops(batch, n, n, heads, d, causal, "fwd")
             tables = {"fwd": FWD, "dkdv": DKDV, "dq": DQ, "dkdv_atomic": DKDV_ATOMIC}
             for kind in args.kinds.split(","):
                 table = tables[kind]
@@ -83,10 +95,11 @@ def main():
                         continue
                     rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, ms=ms, tflops=tf, maxdiff=err))
                     print(d, causal, kind, t, f"{ms:.3f} ms", f"{tf:.0f} TF/s" if tf else "", f"diff {err:.3g}", flush=True)
-            # peers for orientation
+            # dense peers for orientation
             qt, kt, vt = [x.transpose(1, 2) for x in (q, k, v)]
             from torch.nn.attention import SDPBackend, sdpa_kernel
-            for name, be in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+            peers = (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION))
+            for name, be in peers if not args.butterfly else ():
                 with sdpa_kernel(be):
                     f = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                     ms = bench(f)
@@ -101,7 +114,8 @@ def main():
             print(f"BEST d={d} causal={causal}: " + "; ".join(
                 f"{kind} {r['cfg']} {r['ms']:.3f} ms" for kind, r in best.items()), flush=True)
     (out_dir / "tune.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
-                                                      seqlen=n, rows=rows), indent=1))
+                                                      seqlen=n, butterfly=args.butterfly,
+                                                      rows=rows), indent=1))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,18 @@
+"""Launch-parameter tables: block-sparse calls override the dense entries only where swept."""
+from kernels import tuning
+
+
+def test_sparse_calls_take_their_own_tiles_only_where_swept(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    dense, sparse = tuning.forward_config(64, False), tuning.forward_config(64, False, sparse=True)
+    assert (sparse["BLOCK_M"], sparse["BLOCK_N"], sparse["num_warps"]) == (128, 64, 4)
+    assert dense["num_warps"] == 8
+    assert tuning.forward_config(128, True, sparse=True) == tuning.forward_config(128, True)
+    (dkdv, dq), (dkdv_s, dq_s) = (tuning.backward_configs(64, True, sparse=s) for s in (False, True))
+    assert dkdv_s == dkdv and dq_s["BLOCK_M"] == 64 and dq["BLOCK_M"] == 128
+    assert tuning.backward_configs(64, False, atomic=True, sparse=True)[1] is None
+
+
+def test_interpreter_ignores_the_tables(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert tuning.forward_config(64, False, sparse=True)["BLOCK_M"] == tuning.INTERPRETER_TILE
