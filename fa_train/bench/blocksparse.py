@@ -108,6 +108,7 @@ class BlocksparseBenchConfig(RunOptions):
     densities: list = None
     block: int = 128
     causal: list = field(default_factory=lambda: [False])
+    dropout_p: float = 0.0
     impls: list = field(default_factory=lambda: list(BLOCKSPARSE_IMPLS))
     passes: list = field(default_factory=lambda: ["fwd", "fwd+bwd"])
     dtype: str = "bf16"
@@ -120,6 +121,8 @@ class BlocksparseBenchConfig(RunOptions):
         self.impls = _check_list("impls", self.impls, allowed=BLOCKSPARSE_IMPLS)
         self.passes = _check_list("passes", self.passes, allowed=PASSES)
         self.causal = [bool(c) for c in _check_list("causal", self.causal, allowed=(0, 1))]
+        if not 0.0 <= float(self.dropout_p) < 1.0:
+            raise ValueError(f"dropout_p must be in [0, 1), got {self.dropout_p}")
         _check_list("block", [self.block], positive=True)
         _check_list("tokens", [self.tokens], positive=True)
         _check_list("hidden", [self.hidden], positive=True)
@@ -186,10 +189,11 @@ def run_blocksparse_bench(config):
         for seqlen, head_dim, causal in groups:
             batch, heads = shape_for(config.tokens, config.hidden, seqlen, head_dim)
             q, k, v = make_inputs(batch, seqlen, heads, head_dim, dtype, device, config.seed)
-            case = Case(batch, seqlen, heads, head_dim, causal, 0.0, False, dtype, device)
+            case = Case(batch, seqlen, heads, head_dim, causal, float(config.dropout_p), False,
+                        dtype, device)
             base = {"bench": "blocksparse", "batch": batch, "seqlen": seqlen, "heads": heads,
-                    "head_dim": head_dim, "causal": int(causal), "dtype": config.dtype,
-                    "block": config.block}
+                    "head_dim": head_dim, "causal": int(causal), "dropout_p": case.dropout_p,
+                    "dtype": config.dtype, "block": config.block}
             dense_flops = {p: attention_flops(batch, seqlen, seqlen, heads, head_dim,
                                               causal=False, mode=p) for p in config.passes}
             if "flash" in config.impls:
@@ -286,6 +290,8 @@ def write_blocksparse_reports(rows, out_dir, config, name="blocksparse"):
     notes = [
         f"Butterfly layouts at block {config.block} (kernels.layouts.butterfly_layout; k = number "
         "of XOR factors, density in the rows). FlexAttention runs the same block mask.",
+        f"dtype {config.dtype}; dropout {config.dropout_p} (FlexAttention has none; the "
+        "correctness guard runs without it).",
         "Effective FLOPs = density × dense non-causal FLOPs (4·B·H·N²·d forward; fa_train.metrics."
         "flops); ratio_to_dense = runtime / runtime of our dense flash on the same shape and pass.",
     ]

@@ -5,6 +5,7 @@
                        [--tokens 16384] [--hidden 2048] [--quick] [--device cuda]
   fa-bench blocksparse --out DIR [--seqlens 4096,16384,65536] [--head-dims 64,128]
                        [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0] [--block 128]
+                       [--dropout 0.0]
   fa-bench blocksize   --out DIR [--blocks 16,32,64,128,256 or MxN tokens]
   fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
@@ -86,6 +87,7 @@ def build_parser():
                        help="target densities in (0, 1]: butterfly + global blocks")
     p.add_argument("--block", type=int, default=128, help="layout block size (tokens)")
     p.add_argument("--causal", type=_list(int, "--causal"), default=[0], help="0,1")
+    p.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
     p.add_argument("--impls", type=_words("--impls"), default=None,
                    help="comma list from blocksparse,flash,flex (default all)")
     p.add_argument("--passes", type=_words("--passes"), default=["fwd", "fwd+bwd"])
@@ -158,8 +160,9 @@ def configure(args):
         config = mod.BlocksparseBenchConfig(
             seqlens=args.seqlens or ([4096, 16384] if quick else [4096, 16384, 65536]),
             head_dims=args.head_dims, factors=args.factors, densities=args.densities,
-            block=args.block, causal=args.causal, passes=args.passes, tokens=args.tokens,
-            hidden=args.hidden, **({"impls": args.impls} if args.impls else {}), **common)
+            block=args.block, causal=args.causal, dropout_p=args.dropout, passes=args.passes,
+            tokens=args.tokens, hidden=args.hidden,
+            **({"impls": args.impls} if args.impls else {}), **common)
         return config.validate(), mod.run_blocksparse_bench, mod.write_blocksparse_reports
     if args.command == "blocksize":
         from fa_train.bench import blocksize as mod

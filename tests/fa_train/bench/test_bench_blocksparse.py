@@ -147,3 +147,17 @@ def test_blocksparse_and_flash_impls_run_the_kernels_under_the_interpreter(monke
     for r in rows:
         assert r["status"] == "ok", r
         assert r["check_passed"], r
+
+
+def test_dropout_runs_our_kernels_and_leaves_flex_out(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cfg = BlocksparseBenchConfig(seqlens=[64], head_dims=[16], factors=[1], block=32, tokens=64,
+                                 hidden=32, dtype="fp32", device="cpu", warmup_ms=0, rep_ms=1,
+                                 dropout_p=0.1, passes=["fwd+bwd"], progress=False)
+    rows = {r["impl"]: r for r in run_blocksparse_bench(cfg)}
+    for name in ("flash", "blocksparse"):  # the guard compares a dropout-free run
+        assert rows[name]["status"] == "ok" and rows[name]["check_passed"], rows[name]
+        assert rows[name]["dropout_p"] == 0.1
+    assert rows["flex"]["status"] == "unsupported" and "dropout" in rows["flex"]["reason"]
+    with pytest.raises(ValueError, match="dropout_p"):
+        BlocksparseBenchConfig(dropout_p=1.0, device="cpu").validate()
