@@ -20,7 +20,6 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from kernels import tuning
-from kernels.tuning import backward_configs, forward_config
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -592,7 +591,8 @@ def _launch(kernel, grid, args, config, **flags):
 
 def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
-    config = prob.tiles(config or forward_config(prob.block_d, prob.causal, sp is not None))
+    config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
+                                                        sp is not None))
     o = torch.empty_like(q)
     lse = prob.lse_buffer(q)
     grid = (triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
@@ -611,8 +611,8 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None):
     `deterministic` is False, one pass whose dK/dV kernel also adds each block's dQ share to a
     float32 dQ with atomics (order-dependent rounding)."""
     atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
-    configs = configs or backward_configs(prob.block_d, prob.causal, atomic,
-                                          prob.sparse is not None)
+    configs = configs or tuning.backward_configs(prob.block_d, prob.causal, atomic,
+                                                 prob.sparse is not None)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic else torch.empty_like(q)
@@ -905,7 +905,7 @@ def flash_attn_forward(q, k, v, softmax_scale=None, causal=False, block_m=None, 
     q, k, v = check_qkv(q, k, v, 4)
     prob = _Problem(q, k, _scale(softmax_scale, q.shape[-1]), bool(causal), None, None, None,
                     None, None, 0.0, None, None)
-    config = dict(forward_config(prob.block_d, prob.causal))
+    config = dict(tuning.forward_config(prob.block_d, prob.causal))
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if value is None:
             continue

@@ -176,6 +176,11 @@ def _by_label(path, *labels):
     return {tuple(run["labels"].get(k) for k in labels): run for run in data["runs"].values()}, data
 
 
+def _hosts(data):
+    """The footnote of a recipe's table: the GPUs its runs saw and the date of the last one."""
+    return f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"
+
+
 def _metric(run, key, spec, scale=1):
     if run is None:
         return "not run"
@@ -196,7 +201,7 @@ def context_sweep():
         cells = [_metric(runs.get((i, n)), "tokens_per_sec_per_device", ",.0f") for i in impls]
         lines.append(f"| {n // 1024}K | " + " | ".join(cells)
                      + f" | {_metric(runs.get(('flash', n)), 'peak_memory_gib', '.1f')} |")
-    return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
+    return lines + [_hosts(data)]
 
 
 def ddp_scaling():
@@ -213,7 +218,7 @@ def ddp_scaling():
         ratio = (mine.get("tokens_per_sec_per_device") or 0) / (one.get("tokens_per_sec_per_device") or 1)
         lines.append(f"| {impl} | {gpus} | {grads} | {_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
                      f"{_metric(run, 'tokens_per_sec', ',.0f')} | {ratio:.2f} |")
-    return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
+    return lines + [_hosts(data)]
 
 
 def lra():
@@ -242,7 +247,7 @@ def lra():
             lines.append(f"| {task} | {i} | {_metric(run, 'loss_end', '.3f')} | "
                          f"{_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
                          f"{_metric(run, 'peak_memory_gib', '.1f')} |")
-    return lines + [f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"]
+    return lines + [_hosts(data)]
 
 
 def render():

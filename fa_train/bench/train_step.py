@@ -157,8 +157,9 @@ def _profile(step, x, y, steps=3):
 def measure_case(config, model_name, impl, compiled, device, runner="bare"):
     """One row: tokens/s, step time, MFU and peak memory over `steps` timed optimizer steps."""
     row = {"bench": "train_step", "model": model_name, "impl": impl, "compile": compiled,
-           "compile_mode": config.compile_mode if compiled else None, "runner": runner, "batch": config.batch, "seqlen": config.seqlen,
-           "dtype": config.dtype, "steps": config.steps}
+           "compile_mode": config.compile_mode if compiled else None, "runner": runner,
+           "batch": config.batch, "seqlen": config.seqlen, "dtype": config.dtype,
+           "steps": config.steps}
     torch._dynamo.reset()
     free_memory(device)
     try:
