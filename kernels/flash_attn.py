@@ -114,6 +114,14 @@ def _causal_key_ranges(start_m, seqlen_k, diag,
     return full, hi
 
 
+@triton.jit
+def _next_listed(LIST, t, end, SUB: tl.constexpr):
+    """Layout block of tile t + 1 in a CSR list walked in tiles (SUB tiles a block; 0 from `end`
+    on). Kernels read it one tile ahead, so a tile's loads do not wait on reading its index and
+    the pipeliner prefetches them as in the dense loops."""
+    return tl.load(LIST + (t + 1) // SUB, mask=t + 1 < end, other=0)
+
+
 # --------------------------------------------------------------------------------------------
 # Forward
 # --------------------------------------------------------------------------------------------
@@ -184,22 +192,27 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:  # listed layout blocks, those needing no mask first (up to ROW_SPLIT), in tiles
+        SUB: tl.constexpr = LAYOUT_BLOCK // BLOCK_N
         lrow = start_m // LAYOUT_BLOCK
-        split = tl.load(ROW_SPLIT + lrow)
-        for idx in range(tl.load(ROW_PTR + lrow), split):
-            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
-                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
-                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                           IS_CAUSAL, False, HAS_KPM, DROPOUT)
-        for idx in range(split, tl.load(ROW_PTR + lrow + 1)):
-            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
-                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
-                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                           IS_CAUSAL, True, HAS_KPM, DROPOUT)
+        lo = tl.load(ROW_PTR + lrow) * SUB
+        split = tl.load(ROW_SPLIT + lrow) * SUB
+        hi = tl.load(ROW_PTR + lrow + 1) * SUB
+        blk = _next_listed(COL_IDX, lo - 1, split, SUB)
+        for t in range(lo, split):
+            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
+            blk = _next_listed(COL_IDX, t, split, SUB)
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
+                                       IS_CAUSAL, False, HAS_KPM, DROPOUT)
+        blk = _next_listed(COL_IDX, split - 1, hi, SUB)
+        for t in range(split, hi):
+            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
+            blk = _next_listed(COL_IDX, t, hi, SUB)
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
+                                       IS_CAUSAL, True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
@@ -355,24 +368,29 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
         delta_base = DELTA + b * stride_lb + h * stride_lh + q_start
         dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
+            SUB: tl.constexpr = LAYOUT_BLOCK // BLOCK_M
             lcol = start_n // LAYOUT_BLOCK
-            split = tl.load(COL_SPLIT + lcol)
-            for idx in range(tl.load(COL_PTR + lcol), split):
-                for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_M):
-                    start_m = tl.load(ROW_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_M
-                    dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
-                        stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                        sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False,
-                        HAS_KPM, DROPOUT, ATOMIC_DQ)
-            for idx in range(split, tl.load(COL_PTR + lcol + 1)):
-                for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_M):
-                    start_m = tl.load(ROW_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_M
-                    dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
-                        stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                        sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
-                        HAS_KPM, DROPOUT, ATOMIC_DQ)
+            first = tl.load(COL_PTR + lcol) * SUB
+            split = tl.load(COL_SPLIT + lcol) * SUB
+            last = tl.load(COL_PTR + lcol + 1) * SUB
+            blk = _next_listed(ROW_IDX, first - 1, split, SUB)
+            for t in range(first, split):
+                start_m = blk * LAYOUT_BLOCK + t % SUB * BLOCK_M
+                blk = _next_listed(ROW_IDX, t, split, SUB)
+                dk, dv = _dkdv_block(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False,
+                    HAS_KPM, DROPOUT, ATOMIC_DQ)
+            blk = _next_listed(ROW_IDX, split - 1, last, SUB)
+            for t in range(split, last):
+                start_m = blk * LAYOUT_BLOCK + t % SUB * BLOCK_M
+                blk = _next_listed(ROW_IDX, t, last, SUB)
+                dk, dv = _dkdv_block(
+                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
+                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
+                    HAS_KPM, DROPOUT, ATOMIC_DQ)
         else:
             for start_m in range(lo, mid, BLOCK_M):
                 dk, dv = _dkdv_block(
@@ -462,20 +480,25 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
     kpm_ptr = KPM + b * stride_mb
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:
+        SUB: tl.constexpr = LAYOUT_BLOCK // BLOCK_N
         lrow = start_m // LAYOUT_BLOCK
-        split = tl.load(ROW_SPLIT + lrow)
-        for idx in range(tl.load(ROW_PTR + lrow), split):
-            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
-                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
-                dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
-                               start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
-                               seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
-        for idx in range(split, tl.load(ROW_PTR + lrow + 1)):
-            for sub in tl.static_range(LAYOUT_BLOCK // BLOCK_N):
-                start_n = tl.load(COL_IDX + idx) * LAYOUT_BLOCK + sub * BLOCK_N
-                dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
-                               start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
-                               seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+        lo = tl.load(ROW_PTR + lrow) * SUB
+        split = tl.load(ROW_SPLIT + lrow) * SUB
+        hi = tl.load(ROW_PTR + lrow + 1) * SUB
+        blk = _next_listed(COL_IDX, lo - 1, split, SUB)
+        for t in range(lo, split):
+            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
+            blk = _next_listed(COL_IDX, t, split, SUB)
+            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
+                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
+                           seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+        blk = _next_listed(COL_IDX, split - 1, hi, SUB)
+        for t in range(split, hi):
+            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
+            blk = _next_listed(COL_IDX, t, hi, SUB)
+            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
+                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
+                           seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
@@ -690,17 +713,29 @@ def _attention_op(name):
     return torch.library.triton_op(name, mutates_args=())
 
 
-@_attention_op("fa_train::flash_attn_fwd")
-def _flash_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
-                  kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
-                  cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
-                  block: int, causal: bool, sm_scale: float, dropout_p: float,
-                  deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse); `deterministic` is not used here: it is saved for the backward op."""
+def _flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
+               kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
+               cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+               block: int, causal: bool, sm_scale: float, dropout_p: float,
+               deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse); `deterministic` is not used here: it is saved for the backward."""
     q, k, v, kpm, cu_q, cu_k = _fixed_strides(q, k, v, kpm, cu_q, cu_k)
     prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
                     dropout_p)
     return _forward(q, k, v, prob)
+
+
+def _flash_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               o: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor,
+               kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
+               cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+               block: int, causal: bool, sm_scale: float, dropout_p: float,
+               deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    do, q, k, v, o, kpm, cu_q, cu_k = _fixed_strides(do, q, k, v, o, kpm, cu_q, cu_k)
+    prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
+                    dropout_p)
+    return _backward(do if do.stride(-1) == 1 else do.contiguous(), q, k, v, o, lse, prob,
+                     deterministic)
 
 
 def _flash_fwd_fake(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
@@ -712,25 +747,13 @@ def _flash_fwd_fake(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block,
     return torch.empty_like(q), lse
 
 
-@_attention_op("fa_train::flash_attn_bwd")
-def _flash_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  o: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor,
-                  kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
-                  cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
-                  block: int, causal: bool, sm_scale: float, dropout_p: float,
-                  deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    do, q, k, v, o, kpm, cu_q, cu_k = _fixed_strides(do, q, k, v, o, kpm, cu_q, cu_k)
-    prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
-                    dropout_p)
-    return _backward(do if do.stride(-1) == 1 else do.contiguous(), q, k, v, o, lse, prob,
-                     deterministic)
-
-
 def _flash_bwd_fake(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block,
                     causal, sm_scale, dropout_p, deterministic):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+_flash_fwd_op = _attention_op("fa_train::flash_attn_fwd")(_flash_fwd)
+_flash_bwd_op = _attention_op("fa_train::flash_attn_bwd")(_flash_bwd)
 if interpreting():  # shape functions for the plain custom ops; a triton_op traces its own body
     _flash_fwd_op.register_fake(_flash_fwd_fake)
     _flash_bwd_op.register_fake(_flash_bwd_fake)
@@ -743,14 +766,43 @@ def _save_for_backward(ctx, inputs, output):
     ctx.mark_non_differentiable(output[1])
 
 
-def _attention_backward(ctx, do, _dlse):
+def _gradients(ctx, do, backward):
+    """dq, dk, dv from the saved tensors through `backward` (the op or its plain function)."""
     q, k, v, o, lse, seed, kpm, cu_q, cu_k, *sparse = ctx.saved_tensors
-    dq, dk, dv = _flash_bwd_op(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, *ctx.options)
-    # one entry per input: seed, kpm, cu_q, cu_k, the sparse list, then the six options
-    return (dq, dk, dv, None, None, None, None, [None] * len(sparse)) + (None,) * len(ctx.options)
+    return backward(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, *ctx.options)
 
 
-_flash_fwd_op.register_autograd(_attention_backward, setup_context=_save_for_backward)
+def _op_backward(ctx, do, _dlse):
+    # one entry per input: seed, kpm, cu_q, cu_k, the sparse list, then the options
+    n_sparse = len(ctx.saved_tensors) - 9
+    return (*_gradients(ctx, do, _flash_bwd_op), None, None, None, None,
+            [None] * n_sparse) + (None,) * len(ctx.options)
+
+
+_flash_fwd_op.register_autograd(_op_backward, setup_context=_save_for_backward)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The same forward and backward for eager calls, without the ops' dispatch: a custom op
+    costs about 0.1 ms of host time per call (kernels/NOTES.md), as much as a short kernel."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _flash_fwd(*inputs)
+        _save_for_backward(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, do, _dlse):
+        return (*_gradients(ctx, do, _flash_bwd), *[None] * (5 + len(ctx.options)))
+
+
+def _attention(*inputs):
+    """The attention op while torch.compile traces (it keeps the call in its graph), else the
+    eager autograd function."""
+    if torch.compiler.is_compiling():
+        return _flash_fwd_op(*inputs)
+    return _EagerAttention.apply(*inputs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -849,7 +901,7 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     # a tensor, so that compiled graphs need not leave the graph to draw it
     seed = _draw_seed(q.device) if dropout_p > 0.0 else q.new_zeros(1, dtype=torch.int64)
     lists = [*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else []
-    return _flash_fwd_op(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
+    return _attention(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
                          sparse.block if sparse is not None else 0, bool(causal),
                          _scale(softmax_scale, q.shape[-1]), float(dropout_p), bool(deterministic))
 

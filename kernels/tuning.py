@@ -22,8 +22,10 @@ _DQ = {16: (128, 64, 8, 3, True), 32: (128, 64, 8, 3, True), 64: (128, 64, 8, 3,
        128: (128, 64, 8, 4, False)}
 _DQ_CAUSAL = {**_DQ, 64: (128, 64, 8, 3, False)}
 # what block-sparse calls change (few tiles per row; tiles fit in the layout blocks, no warp
-# specialization): H100 sweeps over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, round 12)
-_FORWARD_SPARSE = {64: (128, 64, 4, 3, False)}
+# specialization): H100 sweeps over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds
+# 12 and 13)
+_FORWARD_SPARSE = {64: (64, 64, 4, 3, False), 128: (64, 64, 4, 3, False)}
+_DKDV_SPARSE = {128: (64, 128, 8, 3, False)}
 _DQ_SPARSE = {64: (64, 64, 4, 3, False)}
 
 
@@ -65,4 +67,6 @@ def backward_configs(block_d, causal, atomic=False, sparse=False):
     if atomic:
         return _config(_DKDV_ATOMIC, block_d), None
     dkdv, dq = (_DKDV_CAUSAL, _DQ_CAUSAL) if causal else (_DKDV, _DQ)
-    return _config(dkdv, block_d), _config({**dq, **_DQ_SPARSE} if sparse else dq, block_d)
+    if sparse:
+        dkdv, dq = {**dkdv, **_DKDV_SPARSE}, {**dq, **_DQ_SPARSE}
+    return _config(dkdv, block_d), _config(dq, block_d)
