@@ -167,7 +167,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
+                LAYOUT_BLOCK: tl.constexpr):
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
@@ -215,7 +215,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                                        IS_CAUSAL, True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
+        for start_n in range(0, full, BLOCK_N):
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
                                        start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
                                        kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
@@ -321,7 +321,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
-                     SPARSE: tl.constexpr, DROPOUT: tl.constexpr, WARP_SPEC: tl.constexpr,
+                     SPARSE: tl.constexpr, DROPOUT: tl.constexpr,
                      LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -398,7 +398,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                     stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
                     sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
                     HAS_KPM, DROPOUT, ATOMIC_DQ)
-            for start_m in tl.range(mid, tail, BLOCK_M, warp_specialize=WARP_SPEC):
+            for start_m in range(mid, tail, BLOCK_M):
                 dk, dv = _dkdv_block(
                     dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
                     stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
@@ -453,7 +453,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                   WARP_SPEC: tl.constexpr, LAYOUT_BLOCK: tl.constexpr):
+                   LAYOUT_BLOCK: tl.constexpr):
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     qk_scale = tl.cast(qk_scale, tl.float32)
@@ -501,7 +501,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
                            seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        for start_n in tl.range(0, full, BLOCK_N, warp_specialize=WARP_SPEC):
+        for start_n in range(0, full, BLOCK_N):
             dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
                            offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
                            dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
@@ -586,7 +586,7 @@ class _Problem:
             return dict(config, LAYOUT_BLOCK=1)
         block = self.sparse.block
         return dict(config, BLOCK_M=min(config["BLOCK_M"], block),
-                    BLOCK_N=min(config["BLOCK_N"], block), WARP_SPEC=False, LAYOUT_BLOCK=block)
+                    BLOCK_N=min(config["BLOCK_N"], block), LAYOUT_BLOCK=block)
 
 
 _STAGE_CAPS = {}  # (kernel, tile config) -> pipeline depth that fit in shared memory
@@ -629,11 +629,12 @@ def _forward(q, k, v, prob, config=None):
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None):
+def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic=None):
     """dq, dk, dv: a dK/dV pass then a dQ pass; or, where `tuning.atomic_dq` finds it faster and
     `deterministic` is False, one pass whose dK/dV kernel also adds each block's dQ share to a
-    float32 dQ with atomics (order-dependent rounding)."""
-    atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
+    float32 dQ with atomics (order-dependent rounding). atomic: force one of the two (sweeps)."""
+    if atomic is None:
+        atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
     configs = configs or tuning.backward_configs(prob.block_d, prob.causal, atomic,
                                                  prob.sparse is not None)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)

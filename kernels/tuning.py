@@ -8,25 +8,20 @@ import os
 
 INTERPRETER_TILE = 32
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize) by head-dim bucket; H100 sweeps of
-# 2026-11-22 at N = 4096 (kernels/NOTES.md)
-_FORWARD = {16: (128, 64, 4, 3, False), 32: (128, 64, 8, 3, False), 64: (128, 64, 8, 3, False),
-            128: (128, 128, 8, 3, True)}
-_FORWARD_CAUSAL = {**_FORWARD, 128: (128, 64, 8, 3, False)}
-_DKDV = {16: (64, 64, 4, 3, True), 32: (64, 64, 4, 3, True), 64: (64, 64, 4, 3, True),
-         128: (64, 128, 8, 2, True)}
-_DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3, False)}
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket; H100 sweeps of 2026-11-22 at
+# N = 4096 (kernels/NOTES.md)
+_FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
+_FORWARD_CAUSAL = {**_FORWARD, 128: (128, 64, 8, 3)}
+_DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 2)}
+_DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3)}
 # the dK/dV kernel that also adds dQ with atomics (deterministic=False with dropout)
-_DKDV_ATOMIC = {**_DKDV, 64: (64, 64, 4, 3, False), 128: (64, 128, 8, 3, False)}
-_DQ = {16: (128, 64, 8, 3, True), 32: (128, 64, 8, 3, True), 64: (128, 64, 8, 3, True),
-       128: (128, 64, 8, 4, False)}
-_DQ_CAUSAL = {**_DQ, 64: (128, 64, 8, 3, False)}
-# what block-sparse calls change (few tiles per row; tiles fit in the layout blocks, no warp
-# specialization): H100 sweeps over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds
-# 12 and 13)
-_FORWARD_SPARSE = {64: (64, 64, 4, 3, False), 128: (64, 64, 4, 3, False)}
-_DKDV_SPARSE = {128: (64, 128, 8, 3, False)}
-_DQ_SPARSE = {64: (64, 64, 4, 3, False)}
+_DKDV_ATOMIC = {**_DKDV, 128: (64, 128, 8, 3)}
+_DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 4)}
+# what block-sparse calls change (few tiles per row; tiles fit in the layout blocks): H100 sweeps
+# over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13)
+_FORWARD_SPARSE = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
+_DKDV_SPARSE = {128: (64, 128, 8, 3)}
+_DQ_SPARSE = {64: (64, 64, 4, 3)}
 
 
 def _bucket(block_d):
@@ -34,14 +29,13 @@ def _bucket(block_d):
 
 
 def _config(table, block_d):
-    block_m, block_n, warps, stages, warp_spec = table[_bucket(block_d)]
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages,
-            "WARP_SPEC": warp_spec}
+    block_m, block_n, warps, stages = table[_bucket(block_d)]
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
 
 
 def _interpreter_config():
     tile = INTERPRETER_TILE
-    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1, "WARP_SPEC": False}
+    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1}
 
 
 def forward_config(block_d, causal, sparse=False):
@@ -66,7 +60,7 @@ def backward_configs(block_d, causal, atomic=False, sparse=False):
         return _interpreter_config(), _interpreter_config()
     if atomic:
         return _config(_DKDV_ATOMIC, block_d), None
-    dkdv, dq = (_DKDV_CAUSAL, _DQ_CAUSAL) if causal else (_DKDV, _DQ)
+    dkdv, dq = (_DKDV_CAUSAL if causal else _DKDV), _DQ
     if sparse:
         dkdv, dq = {**dkdv, **_DKDV_SPARSE}, {**dq, **_DQ_SPARSE}
     return _config(dkdv, block_d), _config(dq, block_d)

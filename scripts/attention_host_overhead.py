@@ -56,10 +56,10 @@ def main():
     do = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     qh, kh, vh = (t.detach().transpose(1, 2) for t in (q, k, v))
     scale = 64 ** -0.5
-    seed = torch.zeros(1, dtype=torch.int64)
+    seed = torch.zeros(1, dtype=torch.int64, device="cuda")  # the kernels read it on the device
     prob = fa._problem(q, k, seed, None, None, None, [], 0, 0, 0, True, scale, 0.0)
     o, lse = fa._forward(q.detach(), k.detach(), v.detach(), prob)
-    op_args = (seed, None, None, None, [], 0, 0, 0, True, scale, 0.0)
+    op_args = (seed, None, None, None, [], 0, 0, 0, True, scale, 0.0, False)
 
     def fwd_bwd(attn):
         def run():

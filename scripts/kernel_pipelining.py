@@ -55,8 +55,7 @@ def _signature(kernel, constants):
 
 def compile_ttgir(kernel, config, constants, arch):
     """Triton GPU IR of `kernel` with launch `config` and constexpr `constants`."""
-    constants = dict(constants, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-                     WARP_SPEC=config["WARP_SPEC"])
+    constants = dict(constants, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
     signature, attrs = _signature(kernel, constants)
     index = {name: i for i, name in enumerate(kernel.arg_names)}
@@ -104,9 +103,9 @@ def kernel_cases(head_dim, same_tiles=False):
         for name, kernel, config in (("forward", fa._fwd_kernel, forward),
                                      ("dK/dV", fa._bwd_dkdv_kernel, dkdv),
                                      ("dQ", fa._bwd_dq_kernel, dq)):
-            if tiles:  # tiles fit in the layout blocks, no warp specialization
+            if tiles:  # tiles fit in the layout blocks
                 config = dict(config, BLOCK_M=min(config["BLOCK_M"], LAYOUT_BLOCK),
-                              BLOCK_N=min(config["BLOCK_N"], LAYOUT_BLOCK), WARP_SPEC=False)
+                              BLOCK_N=min(config["BLOCK_N"], LAYOUT_BLOCK))
             yield f"{kind} {name}", kernel, config, constants
 
 

@@ -4,7 +4,7 @@ Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
                                          [--butterfly K]
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
-blocks (tiles then fit in the layout's blocks and run without warp specialization).
+blocks (tiles then fit in the layout's blocks).
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
 """
 import argparse
@@ -19,23 +19,18 @@ from kernels import flash_attn as fa
 from kernels.layouts import butterfly_layout
 from fa_train.metrics.flops import attention_flops
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages, warp_specialize); the first of each list is the reference
-FWD = [(128, 64, 8, 3, False), (128, 64, 8, 3, True), (128, 128, 8, 3, False),
-       (128, 128, 8, 3, True), (128, 64, 8, 4, False), (128, 128, 8, 2, True),
-       (64, 64, 4, 3, False), (128, 64, 4, 3, False), (64, 128, 4, 3, False), (128, 128, 8, 4, False)]
-DKDV = [(64, 64, 4, 3, False), (64, 128, 8, 2, False), (64, 128, 8, 3, False),
-        (64, 64, 4, 3, True), (64, 128, 8, 2, True), (64, 64, 8, 3, False)]
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the reference
+FWD = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3),
+       (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 4)]
+DKDV = [(64, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 8, 3)]
 # the dK/dV kernel that also adds dQ with atomics (deterministic=False) holds more registers
-DKDV_ATOMIC = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 128, 8, 2, False),
-               (64, 128, 8, 3, False), (64, 128, 8, 2, True), (32, 128, 4, 3, False),
-               (64, 64, 8, 3, False), (128, 64, 8, 2, False)]
-DQ = [(128, 64, 8, 3, False), (128, 64, 8, 3, True), (128, 128, 8, 3, False), (64, 64, 4, 3, False),
-      (128, 64, 8, 4, False)]
+DKDV_ATOMIC = [(64, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 8, 3),
+               (128, 64, 8, 2)]
+DQ = [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 4)]
 
 
 def cfg(t):
-    return {"BLOCK_M": t[0], "BLOCK_N": t[1], "num_warps": t[2], "num_stages": t[3],
-            "WARP_SPEC": t[4]}
+    return {"BLOCK_M": t[0], "BLOCK_N": t[1], "num_warps": t[2], "num_stages": t[3]}
 
 
 def bench(fn):
@@ -83,11 +78,12 @@ def main():
                             tf = fl_f / ms / 1e9
                         else:
                             cfgs = (cfg(DKDV[0]), cfg(t)) if kind == "dq" else (cfg(t), cfg(DQ[0]))
-                            det = kind != "dkdv_atomic"
-                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, det, configs=cfgs)
+                            atomic = kind == "dkdv_atomic"
+                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
+                                             atomic=atomic)
                             err = max((a.float() - b.float()).abs().max().item() for a, b in zip(g, ref_g))
-                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, det,
-                                                            configs=cfgs))
+                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob,
+                                                            configs=cfgs, atomic=atomic))
                             tf = None
                     except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a result
                         rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, error=str(exc)[:200]))
