@@ -112,7 +112,7 @@ class BlocksparseBenchConfig(RunOptions):
     impls: list = field(default_factory=lambda: list(BLOCKSPARSE_IMPLS))
     passes: list = field(default_factory=lambda: ["fwd", "fwd+bwd"])
     dtype: str = "bf16"
-    tokens: int = 16384
+    tokens: int = 65536  # enough GPU work per call to hide host time
     hidden: int = 2048
 
     def validate(self):

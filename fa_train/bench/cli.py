@@ -91,7 +91,8 @@ def build_parser():
     p.add_argument("--impls", type=_words("--impls"), default=None,
                    help="comma list from blocksparse,flash,flex (default all)")
     p.add_argument("--passes", type=_words("--passes"), default=["fwd", "fwd+bwd"])
-    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--tokens", type=int, default=65536,
+                   help="batch x seqlen (default 64K: enough GPU work per call to hide host time)")
     p.add_argument("--hidden", type=int, default=2048)
 
     p = sub.add_parser("blocksize", help="forward runtime vs kernel block size (Figure 2 middle)")

@@ -135,11 +135,17 @@ def relative_error(out, ref, row_mask=None):
 
 
 def _git_commit():
+    """Short commit of the checkout, with "-dirty" when tracked files differ from it."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
     try:
-        here = Path(__file__).resolve().parent
-        res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5)
-        return res.stdout.strip() or None
+        commit = git("rev-parse", "--short", "HEAD")
+        if commit and git("status", "--porcelain", "--untracked-files=no"):
+            commit += "-dirty"
+        return commit or None
     except (OSError, subprocess.SubprocessError):
         return None
 
