@@ -115,11 +115,27 @@ def _causal_key_ranges(start_m, seqlen_k, diag,
 
 
 @triton.jit
-def _next_listed(LIST, t, end, SUB: tl.constexpr):
-    """Layout block of tile t + 1 in a CSR list walked in tiles (SUB tiles a block; 0 from `end`
-    on). Kernels read it one tile ahead, so a tile's loads do not wait on reading its index and
-    the pipeliner prefetches them as in the dense loops."""
-    return tl.load(LIST + (t + 1) // SUB, mask=t + 1 < end, other=0)
+def _tile_walk(PTR, SPLIT, LIST, start, LAYOUT_BLOCK: tl.constexpr, TILE: tl.constexpr,
+               MASKED: tl.constexpr):
+    """Tiles [t_lo, t_hi) of the CSR row of the layout block holding `start`: the listed blocks
+    needing no mask, or with MASKED those needing one; and the block of the first tile."""
+    SUB: tl.constexpr = LAYOUT_BLOCK // TILE
+    i = start // LAYOUT_BLOCK
+    if MASKED:
+        t_lo, t_hi = tl.load(SPLIT + i) * SUB, tl.load(PTR + i + 1) * SUB
+    else:
+        t_lo, t_hi = tl.load(PTR + i) * SUB, tl.load(SPLIT + i) * SUB
+    return t_lo, t_hi, tl.load(LIST + t_lo // SUB, mask=t_lo < t_hi, other=0)
+
+
+@triton.jit
+def _listed_tile(LIST, blk, t, t_hi, LAYOUT_BLOCK: tl.constexpr, TILE: tl.constexpr):
+    """Start of tile t, which lies in layout block `blk`, and the block of tile t + 1 (0 from t_hi
+    on). Reading each index one tile ahead keeps a tile's loads from waiting on it, so the
+    pipeliner prefetches them as in the dense loops (kernels/NOTES.md, round 13)."""
+    SUB: tl.constexpr = LAYOUT_BLOCK // TILE
+    nxt = tl.load(LIST + (t + 1) // SUB, mask=t + 1 < t_hi, other=0)
+    return blk * LAYOUT_BLOCK + t % SUB * TILE, nxt
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,27 +208,15 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:  # listed layout blocks, those needing no mask first (up to ROW_SPLIT), in tiles
-        SUB: tl.constexpr = LAYOUT_BLOCK // BLOCK_N
-        lrow = start_m // LAYOUT_BLOCK
-        lo = tl.load(ROW_PTR + lrow) * SUB
-        split = tl.load(ROW_SPLIT + lrow) * SUB
-        hi = tl.load(ROW_PTR + lrow + 1) * SUB
-        blk = _next_listed(COL_IDX, lo - 1, split, SUB)
-        for t in range(lo, split):
-            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
-            blk = _next_listed(COL_IDX, t, split, SUB)
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, False, HAS_KPM, DROPOUT)
-        blk = _next_listed(COL_IDX, split - 1, hi, SUB)
-        for t in range(split, hi):
-            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
-            blk = _next_listed(COL_IDX, t, hi, SUB)
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, True, HAS_KPM, DROPOUT)
+        for masked in tl.static_range(2):  # blocks needing no mask, then those needing one
+            t_lo, t_hi, blk = _tile_walk(ROW_PTR, ROW_SPLIT, COL_IDX, start_m, LAYOUT_BLOCK,
+                                         BLOCK_N, masked == 1)
+            for t in range(t_lo, t_hi):
+                start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
+                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
+                                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
+                                           IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in range(0, full, BLOCK_N):
@@ -368,29 +372,16 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
         delta_base = DELTA + b * stride_lb + h * stride_lh + q_start
         dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
-            SUB: tl.constexpr = LAYOUT_BLOCK // BLOCK_M
-            lcol = start_n // LAYOUT_BLOCK
-            first = tl.load(COL_PTR + lcol) * SUB
-            split = tl.load(COL_SPLIT + lcol) * SUB
-            last = tl.load(COL_PTR + lcol + 1) * SUB
-            blk = _next_listed(ROW_IDX, first - 1, split, SUB)
-            for t in range(first, split):
-                start_m = blk * LAYOUT_BLOCK + t % SUB * BLOCK_M
-                blk = _next_listed(ROW_IDX, t, split, SUB)
-                dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
-                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False,
-                    HAS_KPM, DROPOUT, ATOMIC_DQ)
-            blk = _next_listed(ROW_IDX, split - 1, last, SUB)
-            for t in range(split, last):
-                start_m = blk * LAYOUT_BLOCK + t % SUB * BLOCK_M
-                blk = _next_listed(ROW_IDX, t, last, SUB)
-                dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
-                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
-                    HAS_KPM, DROPOUT, ATOMIC_DQ)
+            for masked in tl.static_range(2):  # blocks needing no mask, then those needing one
+                t_lo, t_hi, blk = _tile_walk(COL_PTR, COL_SPLIT, ROW_IDX, start_n, LAYOUT_BLOCK,
+                                             BLOCK_M, masked == 1)
+                for t in range(t_lo, t_hi):
+                    start_m, blk = _listed_tile(ROW_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_M)
+                    dk, dv = _dkdv_block(
+                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn,
+                        stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
+                        seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
+                        IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
         else:
             for start_m in range(lo, mid, BLOCK_M):
                 dk, dv = _dkdv_block(
@@ -480,25 +471,15 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
     kpm_ptr = KPM + b * stride_mb
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:
-        SUB: tl.constexpr = LAYOUT_BLOCK // BLOCK_N
-        lrow = start_m // LAYOUT_BLOCK
-        lo = tl.load(ROW_PTR + lrow) * SUB
-        split = tl.load(ROW_SPLIT + lrow) * SUB
-        hi = tl.load(ROW_PTR + lrow + 1) * SUB
-        blk = _next_listed(COL_IDX, lo - 1, split, SUB)
-        for t in range(lo, split):
-            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
-            blk = _next_listed(COL_IDX, t, split, SUB)
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
-                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
-                           seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
-        blk = _next_listed(COL_IDX, split - 1, hi, SUB)
-        for t in range(split, hi):
-            start_n = blk * LAYOUT_BLOCK + t % SUB * BLOCK_N
-            blk = _next_listed(COL_IDX, t, hi, SUB)
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
-                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
-                           seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+        for masked in tl.static_range(2):  # blocks needing no mask, then those needing one
+            t_lo, t_hi, blk = _tile_walk(ROW_PTR, ROW_SPLIT, COL_IDX, start_m, LAYOUT_BLOCK,
+                                         BLOCK_N, masked == 1)
+            for t in range(t_lo, t_hi):
+                start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
+                dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
+                               start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
+                               seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, masked == 1, HAS_KPM,
+                               DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in range(0, full, BLOCK_N):
