@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from torch.library import wrap_triton
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from kernels import tuning
 
@@ -780,9 +781,11 @@ class _EagerAttention(torch.autograd.Function):
 
 
 def _attention(*inputs):
-    """The attention op while torch.compile traces (it keeps the call in its graph), else the
-    eager autograd function."""
-    if torch.compiler.is_compiling():
+    """The attention op while a graph is traced or a dispatch mode watches (torch.compile,
+    make_fx, tensor subclasses, FLOP counters: the op shows them the call), else the eager
+    autograd function."""
+    if (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+            or type(inputs[0]) is not torch.Tensor):
         return _flash_fwd_op(*inputs)
     return _EagerAttention.apply(*inputs)
 

@@ -252,3 +252,20 @@ def test_torch_compile_keeps_attention_in_the_graph():
     ref, ref_grads, _ = run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, causal=True),
                                        [q, k, v], g)
     assert torch.equal(out, ref) and all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+
+
+def test_eager_calls_skip_the_op_dispatch_and_traced_ones_keep_the_op(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    torch.manual_seed(9)
+    q, k, v = qkv(1, 24, 24, 2, 2, 16)
+    ops = []
+    op = fa._flash_fwd_op
+    monkeypatch.setattr(fa, "_flash_fwd_op", lambda *a: ops.append(1) or op(*a))
+    out, grads, g = run_with_grads(flash_attn_func, [q, k, v])
+    assert not ops  # eager: the autograd function, no op
+    assert_close_to_reference(out, grads, *reference_with_grads([q, k, v], g), TOL32)
+    for mode in ("real", "fake"):
+        ops.clear()
+        graph = make_fx(lambda q, k, v: flash_attn_func(q, k, v), tracing_mode=mode)(
+            q.detach(), k.detach(), v.detach())
+        assert ops and "flash_attn_fwd" in graph.code, mode
