@@ -2,9 +2,9 @@
 
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
-                                         [--butterfly K]
+                                         [--butterfly K] [--dropout P]
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
-blocks (tiles then fit in the layout's blocks).
+blocks (tiles then fit in the layout's blocks); --dropout P times them with dropout (one seed).
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
 """
 import argparse
@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--kinds", default="fwd,dkdv,dq,dkdv_atomic")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--butterfly", type=int, default=0, help="factors of a butterfly layout (0: dense)")
+    ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,9 @@ def main():
                 layout = butterfly_layout(n, 128, n_factors=args.butterfly)
                 sparse = BlockSparseIndex.from_layout(layout, 128, n, n, causal, q.device)
                 density = layout.float().mean().item()
-            prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, 0.0, 0, sparse)
+            seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
+            prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, args.dropout,
+                               seed, sparse)
             ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
             ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
             fl_f = density * attention_flops(batch, n, n, heads, d, causal, "fwd")
@@ -113,6 +116,7 @@ def main():
                 f"{kind} {r['cfg']} {r['ms']:.3f} ms" for kind, r in best.items()), flush=True)
     (out_dir / "tune.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
                                                       seqlen=n, butterfly=args.butterfly,
+                                                      dropout=args.dropout,
                                                       rows=rows), indent=1))
 
 
