@@ -776,6 +776,7 @@ class _EagerAttention(torch.autograd.Function):
         return output
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, do, _dlse):
         return (*_gradients(ctx, do, _flash_bwd), *[None] * (5 + len(ctx.options)))
 

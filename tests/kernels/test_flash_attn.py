@@ -269,3 +269,12 @@ def test_eager_calls_skip_the_op_dispatch_and_traced_ones_keep_the_op(monkeypatc
         graph = make_fx(lambda q, k, v: flash_attn_func(q, k, v), tracing_mode=mode)(
             q.detach(), k.detach(), v.detach())
         assert ops and "flash_attn_fwd" in graph.code, mode
+
+
+def test_double_backward_is_refused_clearly():
+    torch.manual_seed(10)
+    q, k, v = (t.requires_grad_() for t in qkv(1, 16, 16, 2, 2, 16))
+    out = flash_attn_func(q, k, v)
+    dq, = torch.autograd.grad((out ** 2).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        dq.sum().backward()
