@@ -384,24 +384,15 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                         seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
                         IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
         else:
-            for start_m in range(lo, mid, BLOCK_M):
-                dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
-                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
-                    HAS_KPM, DROPOUT, ATOMIC_DQ)
-            for start_m in range(mid, tail, BLOCK_M):
-                dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
-                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False,
-                    HAS_KPM, DROPOUT, ATOMIC_DQ)
-            for start_m in range(tl.maximum(mid, tail), seqlen_q, BLOCK_M):
-                dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
-                    stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                    sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
-                    HAS_KPM, DROPOUT, ATOMIC_DQ)
+            for part in tl.static_range(3):  # masked head (causal diagonal), full middle, masked tail
+                m_lo = lo if part == 0 else (mid if part == 1 else tl.maximum(mid, tail))
+                m_hi = mid if part == 0 else (tail if part == 1 else seqlen_q)
+                for start_m in range(m_lo, m_hi, BLOCK_M):
+                    dk, dv = _dkdv_block(
+                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn,
+                        stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
+                        seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
+                        IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + offs_n[:, None]) * stride_dkn
