@@ -10,26 +10,20 @@ log2(e)), so softmax uses exp2; the log-sum-exp saved for the backward pass is i
 Rows that see no key produce zeros, lse = -inf, and zero gradients.
 """
 import math
-import os
 from typing import List, Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 
-from torch.library import wrap_triton
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from kernels import tuning
+from kernels.torch_ops import interpreting, kernel_op, traceable
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 128
-
-
-def interpreting():
-    """True when Triton runs kernels on the CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 # --------------------------------------------------------------------------------------------
@@ -565,19 +559,13 @@ class _Problem:
 _STAGE_CAPS = {}  # (kernel, tile config) -> pipeline depth that fit in shared memory
 
 
-def _traceable(kernel, tensor):
-    """`kernel`, wrapped for tracing when `tensor` is a tracing subclass (a compiled graph then
-    records the launch and makes it itself); eager calls launch directly."""
-    return kernel if type(tensor) is torch.Tensor else wrap_triton(kernel)
-
-
 def _launch(kernel, grid, args, config, **flags):
     """Launch `kernel`; if its pipeline does not fit in shared memory, retry with fewer stages."""
     key = (kernel.fn.__name__, tuple(sorted(config.items())), tuple(sorted(flags.items())))
     config = dict(config, num_stages=_STAGE_CAPS.get(key, config["num_stages"]))
     while True:
         try:
-            return _traceable(kernel, args[0])[grid](*args, **flags, **config)
+            return traceable(kernel, args[0])[grid](*args, **flags, **config)
         except triton.runtime.errors.OutOfResources:
             if config["num_stages"] <= 1:
                 raise
@@ -617,7 +605,7 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     lse_strides = prob.lse_strides(lse)
     flags = prob.flags()
     sp = prob.sparse
-    _traceable(_bwd_delta_kernel, o)[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
+    traceable(_bwd_delta_kernel, o)[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
         o, do, delta, prob.cu_q_arg, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
         *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
         BLOCK_M=64, VARLEN=prob.varlen)
@@ -677,16 +665,6 @@ def _fixed_strides(*tensors):
     return tuple(None if t is None else t.contiguous() for t in tensors)
 
 
-def _attention_op(name):
-    """A torch op around launchers of Triton kernels, so that torch.compile keeps attention in its
-    graph. On GPUs a `triton_op`: compiled graphs launch the kernels themselves (no Python per call,
-    CUDA-graph safe). Under the interpreter a plain custom op: Inductor cannot trace interpreted
-    kernels."""
-    if interpreting():
-        return torch.library.custom_op(name, mutates_args=())
-    return torch.library.triton_op(name, mutates_args=())
-
-
 def _flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
                kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
                cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
@@ -726,8 +704,8 @@ def _flash_bwd_fake(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, max_q, m
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-_flash_fwd_op = _attention_op("fa_train::flash_attn_fwd")(_flash_fwd)
-_flash_bwd_op = _attention_op("fa_train::flash_attn_bwd")(_flash_bwd)
+_flash_fwd_op = kernel_op("fa_train::flash_attn_fwd")(_flash_fwd)
+_flash_bwd_op = kernel_op("fa_train::flash_attn_bwd")(_flash_bwd)
 if interpreting():  # shape functions for the plain custom ops; a triton_op traces its own body
     _flash_fwd_op.register_fake(_flash_fwd_fake)
     _flash_bwd_op.register_fake(_flash_bwd_fake)

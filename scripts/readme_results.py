@@ -182,21 +182,24 @@ def context():
 def bare_model():
     lines = ["", "The same GPT-2 models outside `fa-train` (`fa-bench train-step`: bf16 autocast, fused "
              "AdamW, clipping, random tokens; runner bare = the training loop alone, trainer = through "
-             "Lightning with the project's callbacks; GPU busy = summed kernel time per step, profiled "
-             "runs only):", "",
-             "| model | batch | torch.compile | runner | attention | tokens/s | step ms | GPU busy ms |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Lightning with the project's callbacks; loss = the fused cross-entropy kernel or PyTorch's; "
+             "GPU busy = summed kernel time per step, profiled runs only):", "",
+             "| model | batch | torch.compile | runner | attention | loss | tokens/s | step ms | "
+             "GPU busy ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
     sources = []
-    for name in ("gpt2_small_eager", "gpt2_small_compiled", "gpt2_small_reduce_overhead",
-                 "gpt2_medium_compiled", "gpt2_medium_reduce_overhead"):
+    for name in ("gpt2_small_fused_loss", "gpt2_small_torch_loss", "gpt2_small_eager",
+                 "gpt2_small_compiled", "gpt2_small_reduce_overhead", "gpt2_medium_compiled",
+                 "gpt2_medium_reduce_overhead"):
         path = f"reports/bench/train_step/{name}/train_step.json"
         data = load(path)
         sources.append(f"`{path}`")
         for r in data["rows"]:
             tps = f"{r['tokens_per_s']:,.0f}" if r.get("status") == "ok" else r.get("status")
             mode = (r.get("compile_mode") or "default") if r["compile"] else "no"
-            lines.append(f"| {r['model']} | {r['batch']} | {mode} | {r.get('runner', 'bare')} | {r['impl']} | "
-                         f"{tps} | {fmt(r, 'step_ms', 1)} | {fmt(r, 'gpu_busy_ms', 1)} |")
+            lines.append(f"| {r['model']} | {r['batch']} | {mode} | {r.get('runner', 'bare')} | "
+                         f"{r['impl']} | {r.get('loss', 'torch')} | {tps} | {fmt(r, 'step_ms', 1)} | "
+                         f"{fmt(r, 'gpu_busy_ms', 1)} |")
     env = data["environment"]
     return lines + ["", f"_{env['gpu']}, {env['date'][:10]}; code measured per file: "
                     "`reports/bench/train_step/README.md`; " + ", ".join(sources) + "._"]

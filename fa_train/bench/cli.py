@@ -10,7 +10,7 @@
   fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
                        [--compile 0,1] [--runners bare,trainer] [--batch 16] [--seqlen 1024]
-                       [--steps 20] [--profile]
+                       [--losses auto,fused,torch] [--steps 20] [--profile]
 """
 from __future__ import annotations
 
@@ -126,6 +126,8 @@ def build_parser():
                    help="torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune...")
     p.add_argument("--runners", type=_words("--runners"), default=["bare"],
                    help="bare (the training loop alone), trainer (through Lightning)")
+    p.add_argument("--losses", type=_words("--losses"), default=["auto"],
+                   help="GPT loss_impl: auto (fused on CUDA), fused (cross-entropy kernel), torch")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seqlen", type=int, default=1024)
     p.add_argument("--vocab-size", type=int, default=50257)
@@ -183,7 +185,7 @@ def configure(args):
         common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
         config = mod.TrainStepBenchConfig(
             models=args.models, impls=args.impls, compile=args.compile, runners=args.runners,
-            batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
+            losses=args.losses, batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
             warmup_steps=args.warmup_steps, profile=args.profile,
             compile_mode=args.compile_mode, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports

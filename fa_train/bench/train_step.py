@@ -23,6 +23,7 @@ from fa_train.bench.common import (RunOptions, environment, free_memory, is_oom,
                                    resolve_device, short_reason, synchronize)
 from fa_train.bench.report import Table, write_reports
 from fa_train.metrics.flops import gpu_peak_flops, transformer_flops_per_token
+from fa_train.models.gpt import LOSS_IMPLS
 from fa_train.tasks.base import check_compile_mode
 
 MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
@@ -38,6 +39,7 @@ class TrainStepBenchConfig(RunOptions):
     impls: list = field(default_factory=lambda: list(IMPLS))
     compile: list = field(default_factory=lambda: [0, 1])
     runners: list = field(default_factory=lambda: ["bare"])
+    losses: list = field(default_factory=lambda: ["auto"])  # GPT loss_impl: auto, fused, torch
     batch: int = 16
     seqlen: int = 1024
     vocab_size: int = 50257
@@ -52,6 +54,7 @@ class TrainStepBenchConfig(RunOptions):
         self.impls = _check_list("impls", self.impls, allowed=IMPLS)
         self.compile = [int(c) for c in _check_list("compile", self.compile, allowed=(0, 1))]
         self.runners = _check_list("runners", self.runners, allowed=RUNNERS)
+        self.losses = _check_list("losses", self.losses, allowed=LOSS_IMPLS)
         for name in ("batch", "seqlen", "vocab_size", "steps", "warmup_steps"):
             _check_list(name, [getattr(self, name)], positive=True)
         if self.dtype not in AUTOCAST:
@@ -62,11 +65,11 @@ class TrainStepBenchConfig(RunOptions):
         return self
 
 
-def _model(config, model_name, impl, device):
+def _model(config, model_name, impl, loss, device):
     from fa_train.models import GPT
     torch.manual_seed(config.seed)
     return GPT(preset=model_name, vocab_size=config.vocab_size, max_seq_len=config.seqlen,
-               dropout=0.0, attention={"impl": impl}).to(device)
+               dropout=0.0, attention={"impl": impl}, loss_impl=loss).to(device)
 
 
 def _batch(config):
@@ -154,16 +157,17 @@ def _profile(step, x, y, steps=3):
                    "calls_per_step": e.count / steps} for e in top]
 
 
-def measure_case(config, model_name, impl, compiled, device, runner="bare"):
+def measure_case(config, model_name, impl, compiled, device, runner="bare", loss="auto"):
     """One row: tokens/s, step time, MFU and peak memory over `steps` timed optimizer steps."""
     row = {"bench": "train_step", "model": model_name, "impl": impl, "compile": compiled,
            "compile_mode": config.compile_mode if compiled else None, "runner": runner,
+           "loss": loss,
            "batch": config.batch, "seqlen": config.seqlen, "dtype": config.dtype,
            "steps": config.steps}
     torch._dynamo.reset()
     free_memory(device)
     try:
-        model = _model(config, model_name, impl, device)
+        model = _model(config, model_name, impl, loss, device)
         if runner == "bare":
             tps, first, last, step, x, y = _run_bare(config, model, bool(compiled), device)
         else:
@@ -191,18 +195,18 @@ def run_train_step_bench(config):
         config = TrainStepBenchConfig(**config)
     config.validate()
     device = resolve_device(config.device)
-    cases = [(m, i, c, r) for m in config.models for c in config.compile for r in config.runners
-             for i in config.impls]
+    cases = [(m, i, c, r, loss) for m in config.models for c in config.compile
+             for r in config.runners for loss in config.losses for i in config.impls]
     rows = []
     with make_progress(config.progress, len(cases), "train-step") as bar:
-        for model_name, impl, compiled, runner in cases:
-            bar.describe(f"{model_name} {impl} compile={compiled} {runner}")
-            rows.append(measure_case(config, model_name, impl, compiled, device, runner))
+        for model_name, impl, compiled, runner, loss in cases:
+            bar.describe(f"{model_name} {impl} compile={compiled} {runner} loss={loss}")
+            rows.append(measure_case(config, model_name, impl, compiled, device, runner, loss))
             bar.advance()
     return rows
 
 
-_CASE = ("model", "compile", "runner")
+_CASE = ("model", "compile", "runner", "loss")
 TRAIN_STEP_TABLES = (
     Table("Training throughput, tokens/s", _CASE, "impl", "tokens_per_s", ",.0f"),
     Table("MFU (6P + 12·L·H·Q·T FLOPs per token)", _CASE, "impl", "mfu", ".1%"),
@@ -217,7 +221,8 @@ def _kernel_notes(rows):
     notes = []
     for r in rows:
         if r.get("top_kernels"):
-            notes += [f"**Top kernels, {r['model']} {r['impl']} compile={r['compile']}** "
+            notes += [f"**Top kernels, {r['model']} {r['impl']} compile={r['compile']} "
+                      f"loss={r.get('loss', 'auto')}** "
                       f"(ms per step, calls per step):", ""]
             notes += [f"- {k['ms_per_step']:.2f} ms, {k['calls_per_step']:.0f}× `{k['kernel']}`"
                       for k in r["top_kernels"]]
@@ -231,9 +236,9 @@ def write_train_step_reports(rows, out_dir, config, name="train_step"):
     notes = [f"Batch {config.batch} x seqlen {config.seqlen}, {config.dtype} autocast, AdamW "
              f"(fused on CUDA), gradient clipping 1.0, dropout 0, random tokens; "
              f"{config.warmup_steps} warm-up steps (compilation) then {config.steps} timed steps; "
-             f"torch.compile mode {config.compile_mode!r}. "
-             "Runner bare: the training loop "
-             "alone; trainer: the same model and batch through the Lightning trainer with the "
-             "project's callbacks.", ""]
+             f"torch.compile mode {config.compile_mode!r}. Loss auto: the fused cross-entropy "
+             "kernel on CUDA (torch: PyTorch's loss). Runner bare: the training loop alone; "
+             "trainer: the same model and batch through the Lightning trainer with the project's "
+             "callbacks.", ""]
     return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
                          asdict(config), TRAIN_STEP_TABLES, (), notes + _kernel_notes(rows))

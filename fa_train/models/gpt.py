@@ -16,6 +16,9 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from fa_train.attention import build_attention
+from kernels.cross_entropy import linear_cross_entropy
+
+LOSS_IMPLS = ("auto", "fused", "torch")
 
 GPT2_PRESETS = {
     "gpt2-small": dict(n_layer=12, n_head=12, d_model=768),    # 124M
@@ -35,6 +38,7 @@ class GPTConfig:
     dropout: float = 0.1             # embedding, residual and attention-probability dropout
     bias: bool = True
     activation_checkpointing: bool = False
+    loss_impl: str = "auto"          # fused (kernels.cross_entropy), torch, or auto: fused on CUDA
     attention: Any = field(default_factory=lambda: {"impl": "auto"})
 
 
@@ -93,6 +97,8 @@ class GPT(nn.Module):
         cfg = config or GPTConfig(**kwargs)
         self.config = cfg
         self.attention = build_attention(cfg.attention)
+        if cfg.loss_impl not in LOSS_IMPLS:
+            raise ValueError(f"loss_impl must be one of {LOSS_IMPLS}, got {cfg.loss_impl!r}")
         if cfg.vocab_multiple < 1:
             raise ValueError(f"vocab_multiple must be >= 1, got {cfg.vocab_multiple}")
         padded_vocab = -(-cfg.vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
@@ -129,10 +135,14 @@ class GPT(nn.Module):
         return dict(n_params=self.num_params(), n_layers=c.n_layer, n_heads=c.n_head,
                     head_dim=c.d_model // c.n_head)
 
+    def _fused_loss(self, x):
+        impl = self.config.loss_impl
+        return impl == "fused" or (impl == "auto" and x.is_cuda)
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, N, vocab_size); with ``targets`` (B, N; -100 = ignored) the mean next-token
-        cross entropy instead, computed in float32 inside the same (possibly compiled) graph, so
-        float32 logits are never materialized on their own."""
+        cross entropy instead: by kernels.cross_entropy (``loss_impl`` fused, or auto on CUDA),
+        which never holds float32 logits, or by PyTorch in float32 inside the same graph."""
         b, n = idx.shape
         if n > self.config.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds model.max_seq_len "
@@ -144,7 +154,14 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        logits = self.lm_head(self.ln_f(x))[..., :self.config.vocab_size]
+        x = self.ln_f(x)
+        if targets is not None and self._fused_loss(x):
+            dtype = (torch.get_autocast_dtype(x.device.type)
+                     if torch.is_autocast_enabled(x.device.type) else x.dtype)
+            return linear_cross_entropy(x.reshape(b * n, -1).to(dtype),
+                                        self.lm_head.weight.to(dtype), targets.reshape(-1),
+                                        self.config.vocab_size)
+        logits = self.lm_head(x)[..., :self.config.vocab_size]
         if targets is None:
             return logits
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),

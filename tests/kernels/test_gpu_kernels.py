@@ -180,13 +180,18 @@ def test_compiled_attention_over_a_biased_packed_projection():
         assert rel_err(g, e) < 1e-2
 
 
-def test_compiled_gpt_step_matches_eager():
+def _small_gpt(seed, vocab, batch, seqlen):
+    """A 2-layer GPT with our attention on the GPU, and random token ids and targets."""
     from fa_train.models import GPT
-    torch.manual_seed(8)
-    model = GPT(vocab_size=1000, max_seq_len=512, n_layer=2, n_head=4, d_model=256, dropout=0.0,
-                attention="flash").cuda()
-    idx = torch.randint(0, 1000, (4, 512), device="cuda")
-    targets = torch.randint(0, 1000, (4, 512), device="cuda")
+    torch.manual_seed(seed)
+    model = GPT(vocab_size=vocab, max_seq_len=seqlen, n_layer=2, n_head=4, d_model=256,
+                dropout=0.0, attention="flash").cuda()
+    idx, targets = (torch.randint(0, vocab, (batch, seqlen), device="cuda") for _ in range(2))
+    return model, idx, targets
+
+
+def test_compiled_gpt_step_matches_eager():
+    model, idx, targets = _small_gpt(8, 1000, 4, 512)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         eager = model(idx, targets=targets)
         expected = torch.autograd.grad(eager, list(model.parameters()))
@@ -194,4 +199,35 @@ def test_compiled_gpt_step_matches_eager():
         got = torch.autograd.grad(compiled, list(model.parameters()))
     assert abs(compiled.item() - eager.item()) < 1e-2
     for g, e in zip(got, expected):
+        assert rel_err(g, e) < 3e-2
+
+
+def test_cross_entropy_at_gpt2_size():
+    from kernels.cross_entropy import linear_cross_entropy
+    torch.manual_seed(9)
+    h = (torch.randn(8192, 768, device="cuda") * 0.5).bfloat16().requires_grad_()
+    weight = (torch.randn(50304, 768, device="cuda") * 0.05).bfloat16().requires_grad_()
+    targets = torch.randint(0, 50257, (8192,), device="cuda")
+    targets[::7] = -100
+    loss = linear_cross_entropy(h, weight, targets, vocab_size=50257)
+    loss.backward()
+    h64, w64 = (x.detach().double().requires_grad_() for x in (h, weight))
+    ref = torch.nn.functional.cross_entropy((h64 @ w64.t())[:, :50257], targets)
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-3 * ref.item()
+    assert rel_err(h.grad, h64.grad) < 1e-2 and rel_err(weight.grad, w64.grad) < 1e-2
+    assert not weight.grad[50257:].any()
+
+
+def test_compiled_gpt_fused_loss_matches_torch_loss():
+    model, idx, targets = _small_gpt(10, 50257, 8, 256)
+    results = {}
+    for impl in ("fused", "torch"):
+        model.config.loss_impl = impl
+        torch._dynamo.reset()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.compile(model)(idx, targets=targets)
+        results[impl] = loss.item(), torch.autograd.grad(loss, list(model.parameters()))
+    assert abs(results["fused"][0] - results["torch"][0]) < 1e-2
+    for g, e in zip(results["fused"][1], results["torch"][1]):
         assert rel_err(g, e) < 3e-2

@@ -158,3 +158,21 @@ def test_gpt_loss_in_graph_matches_logits_and_ignores_vocab_padding():
     torch.testing.assert_close(m(idx, targets=targets), expected)
     with pytest.raises(ValueError, match="vocab_multiple"):
         GPT(vocab_size=97, max_seq_len=16, n_layer=1, n_head=2, d_model=32, vocab_multiple=0)
+
+
+def test_gpt_fused_loss_matches_torch_loss():
+    torch.manual_seed(0)
+    m = GPT(vocab_size=97, max_seq_len=16, n_layer=1, n_head=2, d_model=32, dropout=0.0,
+            attention="sdpa", loss_impl="fused")
+    idx, targets = torch.randint(0, 97, (2, 16)), torch.randint(0, 97, (2, 16))
+    targets[1, 3:9] = -100
+    fused = m(idx, targets=targets)
+    got = torch.autograd.grad(fused, list(m.parameters()))
+    m.config.loss_impl = "torch"
+    expected_loss = m(idx, targets=targets)
+    expected = torch.autograd.grad(expected_loss, list(m.parameters()))
+    torch.testing.assert_close(fused, expected_loss)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="loss_impl"):
+        GPT(vocab_size=97, max_seq_len=16, n_layer=1, n_head=2, d_model=32, loss_impl="fast")

@@ -1,0 +1,26 @@
+"""Wrapping Triton launchers as torch ops, shared by the attention and cross-entropy kernels."""
+import os
+
+import torch
+from torch.library import wrap_triton
+
+
+def interpreting():
+    """True when Triton runs kernels on the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def traceable(kernel, tensor):
+    """`kernel`, wrapped for tracing when `tensor` is a tracing subclass (a compiled graph then
+    records the launch and makes it itself); eager calls launch directly."""
+    return kernel if type(tensor) is torch.Tensor else wrap_triton(kernel)
+
+
+def kernel_op(name):
+    """Decorator making a torch op of a function that launches Triton kernels, so that
+    torch.compile keeps the call in its graph. On GPUs a `triton_op`: compiled graphs launch the
+    kernels themselves (no Python per call, CUDA-graph safe). Under the interpreter a plain custom
+    op (Inductor cannot trace interpreted kernels), which then needs `register_fake`."""
+    if interpreting():
+        return torch.library.custom_op(name, mutates_args=())
+    return torch.library.triton_op(name, mutates_args=())
