@@ -50,9 +50,10 @@ class ClassificationTask(TaskModule):
             with torch.no_grad():
                 acc = (logits.argmax(-1) == labels).float().mean()
         on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=not on_step,
-                 sync_dist=not on_step, batch_size=bs)
-        self.log(f"{stage}/acc", acc, prog_bar=True, on_step=on_step, on_epoch=not on_step,
+        # training metrics stay off prog_bar (a GPU read per step); the bar shows them anyway
+        self.log(f"{stage}/loss", loss, prog_bar=not on_step, on_step=on_step,
+                 on_epoch=not on_step, sync_dist=not on_step, batch_size=bs)
+        self.log(f"{stage}/acc", acc, prog_bar=not on_step, on_step=on_step, on_epoch=not on_step,
                  sync_dist=not on_step, batch_size=bs)
         return loss
 

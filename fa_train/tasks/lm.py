@@ -29,7 +29,9 @@ class LanguageModelingTask(TaskModule):
         loss = self(x, targets=y)
         if stage == "train":
             self.count_tokens(x.numel())
-            self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False,
+            # not prog_bar: Lightning would read it back from the GPU after every step; the
+            # progress bar shows it from the callback metrics when it redraws
+            self.log("train/loss", loss, on_step=True, on_epoch=False,
                      batch_size=x.shape[0])
         else:
             n = int((y != -100).sum())

@@ -40,7 +40,8 @@ class MaskedLMTask(TaskModule):
             self.count_tokens(ids.numel())  # padded tokens: no GPU sync
         on_step = stage == "train"
         bs = ids.shape[0]
-        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=not on_step,
+        # training metrics stay off prog_bar (a GPU read per step); the bar shows them anyway
+        self.log(f"{stage}/loss", loss, prog_bar=not on_step, on_step=on_step, on_epoch=not on_step,
                  sync_dist=not on_step, batch_size=bs)
         self.log(f"{stage}/mlm_acc", acc, prog_bar=stage != "train", on_step=on_step,
                  on_epoch=not on_step, sync_dist=not on_step, batch_size=bs)
