@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from fa_train.attention import build_attention
-from kernels.cross_entropy import linear_cross_entropy
 
 LOSS_IMPLS = ("auto", "fused", "torch")
 
@@ -158,6 +157,7 @@ class GPT(nn.Module):
         if targets is not None and self._fused_loss(x):
             dtype = (torch.get_autocast_dtype(x.device.type)
                      if torch.is_autocast_enabled(x.device.type) else x.dtype)
+            from kernels.cross_entropy import linear_cross_entropy  # Triton: only on this path
             return linear_cross_entropy(x.reshape(b * n, -1).to(dtype),
                                         self.lm_head.weight.to(dtype), targets.reshape(-1),
                                         self.config.vocab_size)
