@@ -158,15 +158,23 @@ class PathfinderDataModule(SequenceClassificationDataModule):
 
 
 # ----------------------------------------------------------------------------------------------
-class TextDataModule(SequenceClassificationDataModule):
-    """IMDb byte-level (vocab 257: pad 0, byte b -> b+1), 2 classes; test doubles as validation.
-    data_dir: the `aclImdb/` folder (train/{pos,neg}, test/{pos,neg})."""
+class _ReleasedBytesDataModule(SequenceClassificationDataModule):
+    """A byte-level task read from the released files in `data_dir`, truncated or padded to
+    `max_length` bytes, with optional subsets of n_train / n_val / n_test examples."""
 
-    def __init__(self, data_dir: str, max_length: int = 4096, n_train: int | None = None,
+    max_length_default = 4096
+
+    def __init__(self, data_dir: str, max_length: int | None = None, n_train: int | None = None,
                  n_val: int | None = None, n_test: int | None = None, batch_size: int = 32,
                  num_workers: int = 0, seed: int = 0, **kw):
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, **kw)
-        self.data_dir, self.max_length, self.n = data_dir, int(max_length), (n_train, n_val, n_test)
+        self.data_dir, self.n = data_dir, (n_train, n_val, n_test)
+        self.max_length = int(max_length or self.max_length_default)
+
+
+class TextDataModule(_ReleasedBytesDataModule):
+    """IMDb byte-level (vocab 257: pad 0, byte b -> b+1), 2 classes; test doubles as validation.
+    data_dir: the `aclImdb/` folder (train/{pos,neg}, test/{pos,neg})."""
 
     def build(self) -> dict[str, Dataset]:
         if self.data_dir is None:
@@ -185,17 +193,12 @@ class TextDataModule(SequenceClassificationDataModule):
         return out
 
 
-class RetrievalDataModule(SequenceClassificationDataModule):
+class RetrievalDataModule(_ReleasedBytesDataModule):
     """AAN pairs, byte-level, two towers: input_ids/attention_mask are (B, 2, max_length).
     data_dir: folder with new_aan_pairs.{train,eval,test}.tsv."""
 
     num_towers = 2
-
-    def __init__(self, data_dir: str, max_length: int = 4000, n_train: int | None = None,
-                 n_val: int | None = None, n_test: int | None = None, batch_size: int = 32,
-                 num_workers: int = 0, seed: int = 0, **kw):
-        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, **kw)
-        self.data_dir, self.max_length, self.n = data_dir, int(max_length), (n_train, n_val, n_test)
+    max_length_default = 4000
 
     def build(self) -> dict[str, Dataset]:
         if self.data_dir is None:

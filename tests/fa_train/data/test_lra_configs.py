@@ -27,7 +27,8 @@ def test_config_keys_match_constructor(name, tmp_path):
     sig = inspect.signature(cls.__init__)
     accepts_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     named = set(sig.parameters) - {"self", "kw", "kwargs"}
-    base = set(inspect.signature(cls.__mro__[1].__init__).parameters) if accepts_kw else set()
+    bases = [c for c in cls.__mro__[1:] if "__init__" in vars(c)] if accepts_kw else []
+    base = set().union(*(inspect.signature(c.__init__).parameters for c in bases))
     assert set(kwargs) <= named | base, set(kwargs) - named - base
     assert kwargs["seed"] == 3
     if "data_dir" in kwargs and kwargs["data_dir"] is not None:
