@@ -4,9 +4,9 @@ PyTorch's loss reads the logits for the log-softmax, then reads them again and w
 gradient in the backward pass, with float32 copies in between. Here a kernel computes each row's
 log-sum-exp and loss in one read and, when a gradient is needed, overwrites the logits with
 softmax - one_hot in the same program, reading the row backwards so that its last blocks still come
-from L2: the logits are read at most twice and written once, in their own dtype. The backward pass multiplies that buffer into the two gradients (h and weight)
-and only then scales them by d(loss) / (number of counted targets), so the stored values stay in
-[-1, 1], safe in float16.
+from L2: the logits are read at most twice and written once, in their own dtype. The backward pass
+multiplies that buffer into the two gradients (h and weight) and only then scales them by
+d(loss) / (number of counted targets), so the stored values stay in [-1, 1], safe in float16.
 """
 from typing import Tuple
 
@@ -14,9 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.torch_ops import interpreting, kernel_op, traceable
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from kernels.torch_ops import check_kernel_input, interpreting, kernel_op, traceable
 
 
 @triton.jit
@@ -109,11 +107,7 @@ def _check(h, weight, targets, vocab_size):
         if not isinstance(x, torch.Tensor) or x.dim() != 2:
             raise ValueError(f"{name} must be a 2-D tensor, got "
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-        if x.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32")
-        if x.device.type != "cuda" and not interpreting():
-            raise RuntimeError(f"{name} is on {x.device}: the Triton kernel needs CUDA tensors "
-                               "(or TRITON_INTERPRET=1 to run it slowly on the CPU)")
+        check_kernel_input(name, x)
     if weight.dtype != h.dtype:
         raise TypeError(f"weight ({weight.dtype}) and h ({h.dtype}) must share a dtype")
     if weight.shape[1] != h.shape[1]:

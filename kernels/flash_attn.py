@@ -19,10 +19,9 @@ import triton.language as tl
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from kernels import tuning
-from kernels.torch_ops import interpreting, kernel_op, traceable
+from kernels.torch_ops import check_kernel_input, interpreting, kernel_op, traceable
 
 LOG2E = 1.4426950408889634
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 128
 
 
@@ -791,11 +790,7 @@ def _check_tensor(name, x, ndim):
     if x.dim() != ndim:
         layout = "(batch, seqlen, heads, head_dim)" if ndim == 4 else "(total_tokens, heads, head_dim)"
         raise ValueError(f"{name} must have {ndim} dims {layout}, got shape {tuple(x.shape)}")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32")
-    if x.device.type != "cuda" and not interpreting():
-        raise RuntimeError(f"{name} is on {x.device}: the Triton kernels need CUDA tensors "
-                           "(or TRITON_INTERPRET=1 to run them slowly on the CPU)")
+    check_kernel_input(name, x)
 
 
 def check_qkv(q, k, v, ndim):

@@ -5,6 +5,9 @@ import torch
 from torch.library import wrap_triton
 
 
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
 def interpreting():
     """True when Triton runs kernels on the CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -24,3 +27,13 @@ def kernel_op(name):
     if interpreting():
         return torch.library.custom_op(name, mutates_args=())
     return torch.library.triton_op(name, mutates_args=())
+
+
+def check_kernel_input(name, x):
+    """A clear error, naming the argument, for a dtype the kernels lack or a tensor they cannot
+    reach (CPU tensors need the interpreter)."""
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {x.dtype}; supported: float16, bfloat16, float32")
+    if x.device.type != "cuda" and not interpreting():
+        raise RuntimeError(f"{name} is on {x.device}: the Triton kernels need CUDA tensors "
+                           "(or TRITON_INTERPRET=1 to run them slowly on the CPU)")

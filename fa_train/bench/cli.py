@@ -185,8 +185,8 @@ def configure(args):
         common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
         config = mod.TrainStepBenchConfig(
             models=args.models, impls=args.impls, compile=args.compile, runners=args.runners,
-            losses=args.losses, batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size, steps=args.steps,
-            warmup_steps=args.warmup_steps, profile=args.profile,
+            losses=args.losses, batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size,
+            steps=args.steps, warmup_steps=args.warmup_steps, profile=args.profile,
             compile_mode=args.compile_mode, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
