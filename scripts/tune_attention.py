@@ -2,7 +2,9 @@
 
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
-                                         [--butterfly K] [--dropout P]
+                                         [--butterfly K] [--dropout P] [--batch B] [--heads H]
+Shapes default to batch x seqlen = 16K tokens and heads x head_dim = 2048 (the benchmark's);
+--batch and --heads set them (GPT-2 small: --batch 16 --heads 12 --seqlen 1024).
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
 blocks (tiles then fit in the layout's blocks); --dropout P times them with dropout (one seed).
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
@@ -21,14 +23,17 @@ from fa_train.metrics.flops import attention_flops
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the reference
 FWD = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (64, 64, 4, 3),
-       (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 4)]
+       (128, 64, 4, 3), (64, 128, 4, 3), (128, 128, 8, 4), (128, 64, 8, 2), (64, 64, 4, 2),
+       (64, 32, 4, 3), (64, 64, 4, 4)]
 DKDV = [(64, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 8, 3), (32, 64, 4, 3),
-        (64, 64, 4, 4), (128, 64, 8, 3), (32, 128, 4, 3), (128, 128, 8, 2)]
+        (64, 64, 4, 4), (128, 64, 8, 3), (32, 128, 4, 3), (128, 128, 8, 2), (64, 64, 4, 2),
+        (32, 64, 4, 4), (64, 32, 4, 3)]
 # the dK/dV kernel that also adds dQ with atomics (deterministic=False) holds more registers
 DKDV_ATOMIC = [(64, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 8, 3),
                (128, 64, 8, 2)]
 DQ = [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 4), (128, 32, 4, 3),
-      (64, 64, 4, 4), (128, 64, 4, 3), (64, 128, 4, 3)]
+      (64, 64, 4, 4), (128, 64, 4, 3), (64, 128, 4, 3), (128, 64, 8, 2), (64, 32, 4, 3),
+      (64, 64, 4, 2)]
 
 
 def cfg(t):
@@ -48,13 +53,15 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--butterfly", type=int, default=0, help="factors of a butterfly layout (0: dense)")
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
+    ap.add_argument("--batch", type=int, default=0, help="batch size (0: 16K tokens / seqlen)")
+    ap.add_argument("--heads", type=int, default=0, help="heads (0: 2048 / head dim)")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     n = args.seqlen
     for d in map(int, args.head_dims.split(",")):
-        heads, batch = 2048 // d, max(1, 16384 // n)
+        heads, batch = args.heads or 2048 // d, args.batch or max(1, 16384 // n)
         for causal in (c == "1" for c in args.causal.split(",")):
             torch.manual_seed(0)
             q, k, v = [torch.randn(batch, n, heads, d, device="cuda", dtype=torch.bfloat16)
@@ -115,7 +122,8 @@ def main():
             print(f"BEST d={d} causal={causal}: " + "; ".join(
                 f"{kind} {r['cfg']} {r['ms']:.3f} ms" for kind, r in best.items()), flush=True)
     (out_dir / "tune.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
-                                                      seqlen=n, butterfly=args.butterfly,
+                                                      seqlen=n, batch=args.batch, heads=args.heads,
+                                                      butterfly=args.butterfly,
                                                       dropout=args.dropout,
                                                       rows=rows), indent=1))
 
