@@ -237,8 +237,15 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
 
 
 # --------------------------------------------------------------------------------------------
-# Backward: delta = rowsum(dO * O), then dK/dV per key block and dQ per query block
+# Backward: delta = rowsum(dO * O); dQ per query block (which also writes delta), then dK/dV per
+# key block. The dK/dV pass that adds dQ with atomics takes delta from a kernel of its own.
 # --------------------------------------------------------------------------------------------
+@triton.jit
+def _row_delta(o, do):
+    """delta = rowsum(dO * O) in float32: the softmax backward's correction term."""
+    return tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+
+
 @triton.jit
 def _bwd_delta_kernel(O, DO, DELTA, CU_Q,
                       stride_ob, stride_on, stride_oh, stride_db, stride_dn, stride_dh,
@@ -255,10 +262,10 @@ def _bwd_delta_kernel(O, DO, DELTA, CU_Q,
     mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
     rows = (q_start + offs_m[:, None])
     o = tl.load(O + b * stride_ob + h * stride_oh + rows * stride_on + offs_d[None, :],
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0)
     do = tl.load(DO + b * stride_db + h * stride_dh + rows * stride_dn + offs_d[None, :],
-                 mask=mask, other=0.0).to(tl.float32)
-    tl.store(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, tl.sum(o * do, 1),
+                 mask=mask, other=0.0)
+    tl.store(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, _row_delta(o, do),
              mask=offs_m < seqlen_q)
 
 
@@ -420,9 +427,10 @@ def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
+def _bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                    stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
+                   stride_ob, stride_on, stride_oh,
                    stride_dqb, stride_dqn, stride_dqh, stride_lb, stride_lh, stride_mb,
                    seqlen_q, seqlen_k, n_heads, group_size, sm_scale, qk_scale, dropout_p, SEED,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -450,7 +458,10 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SP
     lse = tl.load(LSE + b * stride_lb + h * stride_lh + q_start + offs_m, mask=row_ok,
                   other=float("inf"))
     lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
-    delta = tl.load(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, mask=row_ok, other=0.0)
+    o = tl.load(O + b * stride_ob + h * stride_oh + (q_start + offs_m[:, None]) * stride_on
+                + offs_d[None, :], mask=q_mask, other=0.0)
+    delta = _row_delta(o, do)
+    tl.store(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, delta, mask=row_ok)
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
     kpm_ptr = KPM + b * stride_mb
@@ -575,7 +586,7 @@ def _launch(kernel, grid, args, config, **flags):
 def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
     config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
-                                                        sp is not None))
+                                                        sp is not None, prob.seqlen_q))
     o = torch.empty_like(q)
     lse = prob.lse_buffer(q)
     grid = (triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
@@ -590,9 +601,10 @@ def _forward(q, k, v, prob, config=None):
 
 
 def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic=None):
-    """dq, dk, dv: a dK/dV pass then a dQ pass; or, where `tuning.atomic_dq` finds it faster and
-    `deterministic` is False, one pass whose dK/dV kernel also adds each block's dQ share to a
-    float32 dQ with atomics (order-dependent rounding). atomic: force one of the two (sweeps)."""
+    """dq, dk, dv: a dQ pass (which also writes delta) then a dK/dV pass; or, where
+    `tuning.atomic_dq` finds it faster and `deterministic` is False, one pass whose dK/dV kernel
+    also adds each block's dQ share to a float32 dQ with atomics (order-dependent rounding).
+    atomic: force one of the two (sweeps)."""
     if atomic is None:
         atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
     configs = configs or tuning.backward_configs(prob.block_d, prob.causal, atomic,
@@ -604,12 +616,22 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     lse_strides = prob.lse_strides(lse)
     flags = prob.flags()
     sp = prob.sparse
-    traceable(_bwd_delta_kernel, o)[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
-        o, do, delta, prob.cu_q_arg, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
-        *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
-        BLOCK_M=64, VARLEN=prob.varlen)
     common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
               *_strides(do, prob.varlen))
+    if atomic:
+        traceable(_bwd_delta_kernel, o)[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
+            o, do, delta, prob.cu_q_arg, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
+            *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
+            BLOCK_M=64, VARLEN=prob.varlen)
+    else:  # the dQ pass writes delta, which the dK/dV pass reads
+        dq_args = (q, k, v, o, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
+                   *(sp.row_lists() if sp else (q, q, q)), *common, *_strides(o, prob.varlen),
+                   *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
+                   prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
+                   prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
+        _launch(_bwd_dq_kernel, (triton.cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]),
+                                 prob.batch * prob.heads),
+                dq_args, dq_cfg, REVERSE=prob.causal and sp is None, **flags)
     dkdv_args = (q, k, v, do, lse, delta, dk, dv, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
                  *(sp.col_lists() if sp else (q, q, q)), *common, *_strides(dk, prob.varlen),
                  *_strides(dv, prob.varlen), *_strides(dq, prob.varlen), *lse_strides,
@@ -618,16 +640,7 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     _launch(_bwd_dkdv_kernel, (triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
                                prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg,
             ATOMIC_DQ=atomic, **flags)
-    if atomic:
-        return dq.to(q.dtype), dk, dv
-    dq_args = (q, k, v, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-               *(sp.row_lists() if sp else (q, q, q)),
-               *common, *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
-               prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
-               prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
-    _launch(_bwd_dq_kernel, (triton.cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]), prob.batch * prob.heads),
-            dq_args, dq_cfg, REVERSE=prob.causal and sp is None, **flags)
-    return dq, dk, dv
+    return (dq.to(q.dtype) if atomic else dq), dk, dv
 
 
 # --------------------------------------------------------------------------------------------
@@ -907,7 +920,7 @@ def flash_attn_forward(q, k, v, softmax_scale=None, causal=False, block_m=None, 
     q, k, v = check_qkv(q, k, v, 4)
     prob = _Problem(q, k, _scale(softmax_scale, q.shape[-1]), bool(causal), None, None, None,
                     None, None, 0.0, None, None)
-    config = dict(tuning.forward_config(prob.block_d, prob.causal))
+    config = dict(tuning.forward_config(prob.block_d, prob.causal, seqlen_q=prob.seqlen_q))
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if value is None:
             continue

@@ -9,9 +9,13 @@ import os
 INTERPRETER_TILE = 32
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket; H100 sweeps of 2026-11-22 at
-# N = 4096 (kernels/NOTES.md)
+# N = 1024-16384 (kernels/NOTES.md, rounds 1, 13 and 16)
 _FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
 _FORWARD_CAUSAL = {**_FORWARD, 128: (128, 64, 8, 3)}
+# causal calls over short sequences: smaller query blocks give more programs and less masked work
+# on the diagonal (round 16)
+SHORT_SEQLEN = 2048
+_FORWARD_CAUSAL_SHORT = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
 _DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 2)}
 _DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3)}
 # the dK/dV kernel that also adds dQ with atomics (deterministic=False with dropout)
@@ -38,11 +42,14 @@ def _interpreter_config():
     return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1}
 
 
-def forward_config(block_d, causal, sparse=False):
-    """Launch parameters of the forward kernel (sparse: of a block-sparse call)."""
+def forward_config(block_d, causal, sparse=False, seqlen_q=None):
+    """Launch parameters of the forward kernel (sparse: of a block-sparse call; seqlen_q: query
+    length, which picks smaller tiles for short causal calls)."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         return _interpreter_config()
     table = _FORWARD_CAUSAL if causal else _FORWARD
+    if causal and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
+        table = {**table, **_FORWARD_CAUSAL_SHORT}
     return _config({**table, **_FORWARD_SPARSE} if sparse else table, block_d)
 
 

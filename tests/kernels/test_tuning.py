@@ -18,3 +18,13 @@ def test_sparse_calls_take_their_own_tiles_only_where_swept(monkeypatch):
 def test_interpreter_ignores_the_tables(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert tuning.forward_config(64, False, sparse=True)["BLOCK_M"] == tuning.INTERPRETER_TILE
+
+
+def test_short_causal_calls_take_smaller_forward_tiles(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    short = tuning.forward_config(64, True, seqlen_q=tuning.SHORT_SEQLEN)
+    long = tuning.forward_config(64, True, seqlen_q=tuning.SHORT_SEQLEN + 1)
+    assert (short["BLOCK_M"], short["num_warps"]) == (64, 4)
+    assert long == tuning.forward_config(64, True) and long["BLOCK_M"] == 128
+    assert tuning.forward_config(64, False, seqlen_q=1024) == tuning.forward_config(64, False)
+    assert tuning.forward_config(16, True, seqlen_q=1024) == tuning.forward_config(16, True)
