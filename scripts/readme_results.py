@@ -188,7 +188,8 @@ def bare_model():
              "GPU busy ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     sources = []
-    for name in ("gpt2_small_fused_loss", "gpt2_small_torch_loss",
+    for name in ("gpt2_small_short_fwd_tiles", "gpt2_small_trainer_after_fix",
+                 "gpt2_small_fused_loss", "gpt2_small_torch_loss",
                  "gpt2_small_trainer_fused_loss", "gpt2_small_eager",
                  "gpt2_small_compiled", "gpt2_small_reduce_overhead", "gpt2_medium_compiled",
                  "gpt2_medium_reduce_overhead"):
