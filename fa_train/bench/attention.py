@@ -3,7 +3,8 @@
 Shapes: batch x seqlen = tokens (batch >= 1), heads = hidden / head_dim. FLOPs from
 fa_train.metrics.flops.attention_flops (forward 4·B·H·N²·d, halved when causal; backward 2.5x;
 padding counted at full length). Runtime: median of triton.testing.do_bench (CUDA events, L2
-flushed); the backward pass is timed alone (backward with retain_graph on a stored forward graph).
+flushed), or with timer "cuda-graph" of calls replayed from a CUDA graph (GPU time without the
+host's); the backward pass is timed alone (backward with retain_graph on a stored forward graph).
 Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included.
 """
 from __future__ import annotations
@@ -12,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, environment, make_progress,
-                                   parse_dtype, resolve_device)
+from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, check_timer, environment,
+                                   make_progress, parse_dtype, resolve_device)
 from fa_train.bench.impls import ATTENTION_IMPL_NAMES, Case, default_impls, padding_lengths
 from fa_train.bench.report import Plot, Table, write_reports
 from fa_train.bench.runner import measure
@@ -47,6 +48,7 @@ class AttentionBenchConfig(RunOptions):
     dtype: str = "bf16"
     tokens: int = 16384
     hidden: int = 2048
+    timer: str = "events"  # or "cuda-graph": GPU time without the host's (common.bench_time)
 
     def validate(self, known_impls=ATTENTION_IMPL_NAMES):
         self.impls = _check_list("impls", self.impls, allowed=known_impls)
@@ -55,6 +57,7 @@ class AttentionBenchConfig(RunOptions):
         self.causal = [bool(c) for c in _check_list("causal", self.causal, allowed=(0, 1))]
         self.passes = _check_list("passes", self.passes, allowed=PASSES)
         parse_dtype(self.dtype)
+        check_timer(self.timer)
         if not 0.0 <= float(self.dropout_p) < 1.0:
             raise ValueError(f"dropout_p must be in [0, 1), got {self.dropout_p}")
         for name in ("tokens", "hidden", "rep_ms"):
@@ -108,7 +111,8 @@ def run_attention_bench(config, impls=None):
                     bar.describe(f"{name} d={head_dim} causal={int(causal)} N={seqlen}")
                     measured = measure(impls[name], case, q, k, v, config.passes,
                                        check=config.check and n_idx == 0, tolerance=tolerance,
-                                       warmup_ms=config.warmup_ms, rep_ms=config.rep_ms)
+                                       warmup_ms=config.warmup_ms, rep_ms=config.rep_ms,
+                                       timer=config.timer)
                     for m in measured:
                         flops = attention_flops(batch, seqlen, seqlen, heads, head_dim,
                                                 causal=causal, mode=m["pass"])
@@ -150,6 +154,15 @@ def attention_plots(passes):
     return plots
 
 
+_TIMER_NOTES = {
+    "events": "CUDA events around each call, L2 flushed between calls (a call whose host work "
+              "exceeds its GPU work is timed by the host).",
+    "cuda-graph": "calls replayed from one CUDA graph (GPU time without the host's; L2 not "
+                  "flushed).",
+    "cpu": "time.perf_counter around each call (CPU).",
+}
+
+
 def write_attention_reports(rows, out_dir, config, name="attention"):
     if isinstance(config, dict):
         config = AttentionBenchConfig(**config)
@@ -159,6 +172,7 @@ def write_attention_reports(rows, out_dir, config, name="attention"):
         f"{'on (valid lengths uniform in [N/2, N])' if config.padding else 'off'}.",
         "FLOPs: forward 4·B·H·N²·d (halved when causal), backward 2.5×, fwd+bwd 3.5× "
         "(fa_train.metrics.flops.attention_flops); TFLOP/s = FLOPs / median time.",
+        "Timer: " + _TIMER_NOTES["cpu" if config.device == "cpu" else config.timer],
         "Correctness guard: first sequence length of each (head_dim, causal) group, batch 0, "
         "first heads, against kernels.reference_attention in float64 (check_rel_err in the JSON).",
     ]

@@ -2,7 +2,8 @@
 
   fa-bench attention   --out DIR [--impls ...] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]
                        [--dropout 0.0] [--padding] [--passes fwd,bwd,fwd+bwd] [--dtype bf16]
-                       [--tokens 16384] [--hidden 2048] [--quick] [--device cuda]
+                       [--tokens 16384] [--hidden 2048] [--timer events|cuda-graph] [--quick]
+                       [--device cuda]
   fa-bench blocksparse --out DIR [--seqlens 4096,16384,65536] [--head-dims 64,128]
                        [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0] [--block 128]
                        [--dropout 0.0]
@@ -74,6 +75,9 @@ def build_parser():
                    help="comma list from fwd,bwd,fwd+bwd")
     p.add_argument("--tokens", type=int, default=16384, help="batch x seqlen")
     p.add_argument("--hidden", type=int, default=2048, help="heads x head_dim")
+    p.add_argument("--timer", default="events", choices=["events", "cuda-graph"],
+                   help="events: CUDA events per call (host time included where it dominates); "
+                        "cuda-graph: calls replayed from a CUDA graph (GPU time alone)")
 
     p = sub.add_parser("blocksparse", help="block-sparse runtime vs density (Figure 2 right)")
     _add_common(p)
@@ -156,7 +160,7 @@ def configure(args):
         config = mod.AttentionBenchConfig(
             impls=args.impls, seqlens=seqlens, head_dims=args.head_dims, causal=args.causal,
             dropout_p=args.dropout, padding=args.padding, passes=args.passes, tokens=args.tokens,
-            hidden=args.hidden, **common)
+            hidden=args.hidden, timer=args.timer, **common)
         return config.validate(), mod.run_attention_bench, mod.write_attention_reports
     if args.command == "blocksparse":
         from fa_train.bench import blocksparse as mod

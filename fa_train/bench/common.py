@@ -76,16 +76,32 @@ def short_reason(exc, limit=300):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def bench_time(fn, device, warmup_ms=25, rep_ms=100, grad_to_none=None):
+TIMERS = ("events", "cuda-graph")
+
+
+def check_timer(timer):
+    if timer not in TIMERS:
+        raise ValueError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
+    return timer
+
+
+def bench_time(fn, device, warmup_ms=25, rep_ms=100, grad_to_none=None, timer="events"):
     """Median and 20/80 % quantiles of fn's runtime in ms.
 
-    CUDA: triton.testing.do_bench (L2 flushed between calls, CUDA events). CPU: time.perf_counter
-    around each call, after one warm-up, repeated until rep_ms has passed (3 to 50 calls).
+    CUDA, timer "events": triton.testing.do_bench (L2 flushed between calls, CUDA events), so a
+    call whose host time exceeds its GPU time is timed by the host. Timer "cuda-graph":
+    triton.testing.do_bench_cudagraph, the calls replayed from one CUDA graph: GPU time alone (L2
+    not flushed; quantiles over 10 replays). CPU: time.perf_counter around each call, after one
+    warm-up, repeated until rep_ms has passed (3 to 50 calls).
     """
     if device.type == "cuda":
-        from triton.testing import do_bench
-        med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
-                                 quantiles=[0.5, 0.2, 0.8])
+        from triton.testing import do_bench, do_bench_cudagraph
+        if check_timer(timer) == "cuda-graph":
+            med, p20, p80 = do_bench_cudagraph(fn, rep=rep_ms, grad_to_none=grad_to_none,
+                                               quantiles=[0.5, 0.2, 0.8])
+        else:
+            med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
+                                     quantiles=[0.5, 0.2, 0.8])
         return {"ms": float(med), "ms_p20": float(p20), "ms_p80": float(p80)}
     times = []
     fn()

@@ -86,8 +86,9 @@ def pass_fn(built, pass_name):
 
 
 def measure(impl, case, q, k, v, passes, *, check=True, tolerance=5e-2, warmup_ms=25, rep_ms=100,
-            reference=reference_output, build_kwargs=None):
-    """Rows (one per pass) holding MEASURE_KEYS and CHECK_KEYS for `impl` on `case`."""
+            reference=reference_output, build_kwargs=None, timer="events"):
+    """Rows (one per pass) holding MEASURE_KEYS and CHECK_KEYS for `impl` on `case`; `timer`:
+    see common.bench_time."""
     rows = [dict.fromkeys(MEASURE_KEYS) | {"pass": p} for p in passes]
     check_info = dict.fromkeys(CHECK_KEYS)
     build_kwargs = build_kwargs or {}
@@ -121,7 +122,8 @@ def measure(impl, case, q, k, v, passes, *, check=True, tolerance=5e-2, warmup_m
                     try:
                         fn = pass_fn(built, row["pass"])
                         grads = built.leaves if row["pass"] != "fwd" else None
-                        row.update(bench_time(fn, case.device, warmup_ms, rep_ms, grad_to_none=grads))
+                        row.update(bench_time(fn, case.device, warmup_ms, rep_ms,
+                                              grad_to_none=grads, timer=timer))
                         peak, before = peak_memory(fn, case.device)
                     except Exception as exc:  # noqa: BLE001
                         status, reason = classify(exc, caught)

@@ -134,6 +134,12 @@ def test_cli_cpu_run_writes_files(tmp_path, capsys):
             "attention_runtime_fwd_bwd.png"} <= names
     assert (out / "attention_runtime_fwd.png").read_bytes()[:4] == b"\x89PNG"
     assert "wrote" in capsys.readouterr().out
+    assert "Timer: time.perf_counter" in (out / "attention.md").read_text()
+
+
+def test_timer_is_checked_by_name():
+    with pytest.raises(ValueError, match="timer must be one of events, cuda-graph, got 'wall'"):
+        AttentionBenchConfig(device="cpu", timer="wall").validate()
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -144,6 +150,7 @@ def test_cli_cpu_run_writes_files(tmp_path, capsys):
     (["--causal", "2"], "causal: 2 is not one of"),
     (["--dropout", "1.5"], "dropout_p must be in [0, 1)"),
     (["--seqlens", "0"], "seqlens: 0 is not a positive integer"),
+    (["--timer", "wall"], "argument --timer: invalid choice: 'wall'"),
 ])
 def test_cli_argument_errors(argv, words, capsys, tmp_path):
     with pytest.raises(SystemExit) as info:
@@ -171,6 +178,17 @@ def test_gpu_attention_smoke(tmp_path):
             assert r["status"] == "ok" and r["peak_mem_bytes"] > 0
     write_attention_reports(rows, tmp_path, AttentionBenchConfig(**cfg))
     assert (tmp_path / "attention_memory.png").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_attention_cuda_graph_timer(tmp_path):
+    cfg = dict(impls=["flash", "standard", "sdpa_flash"], seqlens=[256], head_dims=[64],
+               causal=[1], tokens=2048, hidden=256, passes=["fwd", "bwd", "fwd+bwd"],
+               device="cuda", warmup_ms=1, rep_ms=5, progress=False, timer="cuda-graph")
+    rows = run_attention_bench(cfg)
+    assert len(rows) == 9 and all(r["status"] == "ok" and r["ms"] > 0 for r in rows), rows
+    write_attention_reports(rows, tmp_path, AttentionBenchConfig(**cfg))
+    assert "replayed from one CUDA graph" in (tmp_path / "attention.md").read_text()
 
 
 def test_flash_impl_with_padding_runs_the_kernel_under_the_interpreter(monkeypatch):
