@@ -57,7 +57,9 @@ class AttentionBenchConfig(RunOptions):
         self.causal = [bool(c) for c in _check_list("causal", self.causal, allowed=(0, 1))]
         self.passes = _check_list("passes", self.passes, allowed=PASSES)
         parse_dtype(self.dtype)
-        check_timer(self.timer)
+        if check_timer(self.timer) == "cuda-graph" and "bwd" in self.passes:
+            raise ValueError("passes: 'bwd' cannot be timed with timer cuda-graph (its stored "
+                             "forward graph was recorded outside the capture); time fwd+bwd")
         if not 0.0 <= float(self.dropout_p) < 1.0:
             raise ValueError(f"dropout_p must be in [0, 1), got {self.dropout_p}")
         for name in ("tokens", "hidden", "rep_ms"):
