@@ -508,14 +508,19 @@ def _dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, SEED,
 # --------------------------------------------------------------------------------------------
 def block_d_for(head_dim):
     """Register tile width for a head dim: the next power of two, at least 16."""
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _cdiv(a, b):
+    """ceil(a / b) in plain Python: triton.cdiv is a constexpr function whose host calls cost
+    microseconds each, several per attention call."""
+    return (a + b - 1) // b
 
 
 def _strides(x, varlen):
     """(batch, seq, head) strides of a (B, N, H, d) tensor or a packed (total, H, d) one."""
-    if varlen:
-        return 0, x.stride(0), x.stride(1)
-    return x.stride(0), x.stride(1), x.stride(2)
+    s = x.stride()
+    return (0, s[0], s[1]) if varlen else s[:3]
 
 
 class _Problem:
@@ -589,7 +594,7 @@ def _forward(q, k, v, prob, config=None):
                                                         sp is not None, prob.seqlen_q))
     o = torch.empty_like(q)
     lse = prob.lse_buffer(q)
-    grid = (triton.cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
+    grid = (_cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
     args = (q, k, v, o, lse, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
             *(sp.row_lists() if sp else (q, q, q)),
             *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
@@ -619,7 +624,7 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
               *_strides(do, prob.varlen))
     if atomic:
-        traceable(_bwd_delta_kernel, o)[(triton.cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
+        traceable(_bwd_delta_kernel, o)[(_cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
             o, do, delta, prob.cu_q_arg, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
             *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
             BLOCK_M=64, VARLEN=prob.varlen)
@@ -629,7 +634,7 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
                    *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
                    prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
                    prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
-        _launch(_bwd_dq_kernel, (triton.cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]),
+        _launch(_bwd_dq_kernel, (_cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]),
                                  prob.batch * prob.heads),
                 dq_args, dq_cfg, REVERSE=prob.causal and sp is None, **flags)
     dkdv_args = (q, k, v, do, lse, delta, dk, dv, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
@@ -637,7 +642,7 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
                  *_strides(dv, prob.varlen), *_strides(dq, prob.varlen), *lse_strides,
                  prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group,
                  prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
-    _launch(_bwd_dkdv_kernel, (triton.cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
+    _launch(_bwd_dkdv_kernel, (_cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
                                prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg,
             ATOMIC_DQ=atomic, **flags)
     return (dq.to(q.dtype) if atomic else dq), dk, dv
@@ -935,7 +940,7 @@ def dropout_mask(batch, heads, seqlen_q, seqlen_k, dropout_p, seed, device="cuda
     """The keep-mask (B, H, Nq, Nk) bool that a call with this seed applies (for tests/debugging)."""
     _check_dropout(dropout_p)
     mask = torch.empty(batch * heads, seqlen_q, seqlen_k, dtype=torch.int8, device=device)
-    grid = (triton.cdiv(seqlen_q, 32), triton.cdiv(seqlen_k, 32), batch * heads)
+    grid = (_cdiv(seqlen_q, 32), _cdiv(seqlen_k, 32), batch * heads)
     seed = torch.tensor([int(seed)], dtype=torch.int64, device=device)
     _dropout_mask_kernel[grid](mask, seqlen_q, seqlen_k, float(dropout_p), seed,
                                BLOCK_M=32, BLOCK_N=32)

@@ -28,3 +28,9 @@ def test_short_causal_calls_take_smaller_forward_tiles(monkeypatch):
     assert long == tuning.forward_config(64, True) and long["BLOCK_M"] == 128
     assert tuning.forward_config(64, False, seqlen_q=1024) == tuning.forward_config(64, False)
     assert tuning.forward_config(16, True, seqlen_q=1024) == tuning.forward_config(16, True)
+
+
+def test_tile_width_and_grid_arithmetic():
+    from kernels.flash_attn import _cdiv, block_d_for
+    assert [block_d_for(d) for d in (1, 16, 17, 33, 64, 65, 128)] == [16, 16, 32, 64, 64, 128, 128]
+    assert [_cdiv(n, 64) for n in (1, 63, 64, 65, 1000)] == [1, 1, 1, 2, 16]
