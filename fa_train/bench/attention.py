@@ -133,6 +133,9 @@ ATTENTION_TABLES = (
     Table("TFLOP/s (higher is better)", ("head_dim", "causal", "seqlen", "pass"), "impl", "tflops",
           ".1f"),
     Table("Runtime, ms (median)", ("head_dim", "causal", "seqlen", "pass"), "impl", "ms", ".3f"),
+    Table("Host time to issue one call, ms (where it reaches the runtime, the GPU waits on the host "
+          "and event timing measures the host)", ("head_dim", "causal", "seqlen", "pass"), "impl",
+          "host_ms", ".3f"),
     Table("Memory of the pass, GiB: peak max_memory_allocated minus what was allocated before "
           "the call (inputs, dout, and for bwd the saved forward graph)",
           ("head_dim", "causal", "seqlen", "pass"), "impl", "mem_over_inputs_gib", ".3f"),

@@ -117,6 +117,24 @@ def bench_time(fn, device, warmup_ms=25, rep_ms=100, grad_to_none=None, timer="e
     return {"ms": statistics.median(times), "ms_p20": qs[1], "ms_p80": qs[7]}
 
 
+def host_time(fn, device, grad_to_none=None, calls=10):
+    """Host (CPU) ms to issue one call of fn, the GPU left to catch up afterwards; CUDA only. A
+    call whose host time reaches its GPU time keeps the GPU waiting, and event timing then
+    measures the host."""
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    total = 0.0
+    for _ in range(calls):
+        for t in grad_to_none or ():
+            t.grad = None
+        start = time.perf_counter()
+        fn()
+        total += time.perf_counter() - start
+    synchronize(device)
+    return total / calls * 1e3
+
+
 def peak_memory(fn, device):
     """(peak bytes allocated during one call of fn, bytes allocated before it); CUDA only."""
     if device.type != "cuda":

@@ -9,11 +9,11 @@ from __future__ import annotations
 import torch
 
 from fa_train.bench.common import (CHECK_HEADS, CHECK_MAX_SEQLEN, Unsupported, bench_time,
-                                   captured_warnings, free_memory,
+                                   captured_warnings, free_memory, host_time,
                                    warning_texts, is_oom, peak_memory,
                                    relative_error, short_reason)
 
-MEASURE_KEYS = ("pass", "status", "reason", "ms", "ms_p20", "ms_p80", "peak_mem_bytes",
+MEASURE_KEYS = ("pass", "status", "reason", "ms", "ms_p20", "ms_p80", "host_ms", "peak_mem_bytes",
                 "peak_mem_gib", "mem_before_bytes", "mem_over_inputs_gib")
 # Error texts meaning "this implementation has no kernel for this case" (torch SDPA backends).
 UNSUPPORTED_PATTERNS = ("No available kernel", "No viable backend")
@@ -124,6 +124,7 @@ def measure(impl, case, q, k, v, passes, *, check=True, tolerance=5e-2, warmup_m
                         grads = built.leaves if row["pass"] != "fwd" else None
                         row.update(bench_time(fn, case.device, warmup_ms, rep_ms,
                                               grad_to_none=grads, timer=timer))
+                        row["host_ms"] = host_time(fn, case.device, grads)
                         peak, before = peak_memory(fn, case.device)
                     except Exception as exc:  # noqa: BLE001
                         status, reason = classify(exc, caught)
