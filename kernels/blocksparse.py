@@ -7,9 +7,8 @@ per key block the nonzero query blocks (dK, dV), so work is proportional to the 
 from dataclasses import dataclass
 
 import torch
-import triton
 
-from kernels.flash_attn import attention_call, check_key_padding_mask, check_qkv
+from kernels.flash_attn import _cdiv, attention_call, check_key_padding_mask, check_qkv
 
 BLOCK_SIZES = (16, 32, 64, 128)
 
@@ -80,7 +79,7 @@ class BlockSparseIndex:
         nb_q, nb_k = layout.shape
         seqlen_q = seqlen_q or nb_q * block_size
         seqlen_k = seqlen_k or nb_k * block_size
-        if (triton.cdiv(seqlen_q, block_size), triton.cdiv(seqlen_k, block_size)) != (nb_q, nb_k):
+        if (_cdiv(seqlen_q, block_size), _cdiv(seqlen_k, block_size)) != (nb_q, nb_k):
             raise ValueError(f"layout of {nb_q}x{nb_k} blocks does not fit sequence lengths "
                              f"({seqlen_q}, {seqlen_k}) with block_size {block_size}")
         device = device or layout.device
@@ -108,7 +107,7 @@ def _prepare_index(layout, block_size, causal, seqlen_q, seqlen_k, device):
             raise ValueError(f"layout index was built for (block, seqlens, causal) = "
                              f"{(layout.block, layout.seqlens, layout.causal)}, call needs {wanted}")
         return layout
-    nb = (triton.cdiv(seqlen_q, block_size), triton.cdiv(seqlen_k, block_size))
+    nb = (_cdiv(seqlen_q, block_size), _cdiv(seqlen_k, block_size))
     if not isinstance(layout, torch.Tensor) or tuple(layout.shape) != nb:
         got = tuple(layout.shape) if isinstance(layout, torch.Tensor) else type(layout).__name__
         raise ValueError(f"layout must be a bool tensor of shape (ceil(Nq/{block_size}), "

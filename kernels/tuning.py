@@ -4,7 +4,7 @@ The GPU table comes from sweeps on an H100 (`scripts/tune_attention.py`, notes i
 kernels/NOTES.md). The interpreter gets small tiles so that CPU tests stay fast yet still cross
 several blocks.
 """
-import os
+from kernels.torch_ops import interpreting
 
 INTERPRETER_TILE = 32
 
@@ -45,7 +45,7 @@ def _interpreter_config():
 def forward_config(block_d, causal, sparse=False, seqlen_q=None):
     """Launch parameters of the forward kernel (sparse: of a block-sparse call; seqlen_q: query
     length, which picks smaller tiles for short causal calls)."""
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if interpreting():
         return _interpreter_config()
     table = _FORWARD_CAUSAL if causal else _FORWARD
     if causal and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
@@ -63,7 +63,7 @@ def atomic_dq(dropout_p):
 def backward_configs(block_d, causal, atomic=False, sparse=False):
     """Launch parameters of the dK/dV kernel (atomic: the one that also adds dQ) and of the dQ
     kernel (sparse: of a block-sparse call)."""
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if interpreting():
         return _interpreter_config(), _interpreter_config()
     if atomic:
         return _config(_DKDV_ATOMIC, block_d), None
