@@ -3,7 +3,9 @@ from kernels.flash_attn import (
     dropout_mask,
     flash_attn_forward,
     flash_attn_func,
+    flash_attn_qkvpacked_func,
     flash_attn_varlen_func,
+    flash_attn_varlen_qkvpacked_func,
     next_dropout_seed,
 )
 from kernels.reference import reference_attention
@@ -12,7 +14,9 @@ __all__ = [
     "dropout_mask",
     "flash_attn_forward",
     "flash_attn_func",
+    "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
     "next_dropout_seed",
     "reference_attention",
 ]

@@ -168,16 +168,27 @@ def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
 
 
 @triton.jit
+def _slots(BASE, SLOT1, SLOT2, stride_slot, PACKED: tl.constexpr):
+    """SLOT1 and SLOT2, or with PACKED slots 1 and 2 of the packed tensor BASE points to (its
+    q, k, v or their gradients, `stride_slot` elements apart)."""
+    if PACKED:
+        SLOT1 = BASE + stride_slot
+        SLOT2 = BASE + 2 * stride_slot
+    return SLOT1, SLOT2
+
+
+@triton.jit
 def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
-                stride_vb, stride_vn, stride_vh, stride_ob, stride_on, stride_oh,
+                stride_vb, stride_vn, stride_vh, stride_slot, stride_ob, stride_on, stride_oh,
                 stride_lb, stride_lh, stride_mb,
                 seqlen_q, seqlen_k, n_heads, group_size, qk_scale, dropout_p, SEED,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                LAYOUT_BLOCK: tl.constexpr):
+                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr):
+    K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     bh, b, h, q_start, seqlen_q, k_start, seqlen_k, start_m = _query_block(
@@ -194,7 +205,9 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
-    kpm_ptr = KPM + b * stride_mb
+    kpm_ptr = KPM  # batch b's row of the key-padding mask (None without one)
+    if HAS_KPM:
+        kpm_ptr = KPM + b * stride_mb
     q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
@@ -319,7 +332,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                      ROW_IDX, stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                      stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                      stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
-                     stride_dqb, stride_dqn, stride_dqh,
+                     stride_dqb, stride_dqn, stride_dqh, stride_slot,
                      stride_lb, stride_lh, stride_mb,
                      seqlen_q, seqlen_k, n_heads_kv, group_size, sm_scale, qk_scale,
                      dropout_p, SEED,
@@ -327,7 +340,9 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                      SPARSE: tl.constexpr, DROPOUT: tl.constexpr,
-                     LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                     LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr, PACKED: tl.constexpr):
+    K, V = _slots(Q, K, V, stride_slot, PACKED)
+    DK, DV = _slots(DK, DK, DV, stride_slot, PACKED)  # dQ is slot 0 of the packed gradient
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     qk_scale = tl.cast(qk_scale, tl.float32)
@@ -349,7 +364,9 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                 + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + b * stride_vb + hk * stride_vh + (k_start + offs_n[:, None]) * stride_vn
                 + offs_d[None, :], mask=kv_mask, other=0.0)
-    kpm_ptr = KPM + b * stride_mb
+    kpm_ptr = KPM  # batch b's row of the key-padding mask (None without one)
+    if HAS_KPM:
+        kpm_ptr = KPM + b * stride_mb
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
@@ -431,13 +448,14 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                    stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                    stride_ob, stride_on, stride_oh,
-                   stride_dqb, stride_dqn, stride_dqh, stride_lb, stride_lh, stride_mb,
+                   stride_dqb, stride_dqn, stride_dqh, stride_slot, stride_lb, stride_lh, stride_mb,
                    seqlen_q, seqlen_k, n_heads, group_size, sm_scale, qk_scale, dropout_p, SEED,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                   LAYOUT_BLOCK: tl.constexpr):
+                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr):
+    K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
     qk_scale = tl.cast(qk_scale, tl.float32)
@@ -464,7 +482,9 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
     tl.store(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, delta, mask=row_ok)
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
-    kpm_ptr = KPM + b * stride_mb
+    kpm_ptr = KPM  # batch b's row of the key-padding mask (None without one)
+    if HAS_KPM:
+        kpm_ptr = KPM + b * stride_mb
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if SPARSE:
         for masked in tl.static_range(2):  # blocks needing no mask, then those needing one
@@ -527,7 +547,7 @@ class _Problem:
     """Shapes and options of one attention call, shared by the forward and backward launchers."""
 
     def __init__(self, q, k, sm_scale, causal, kpm, cu_q, cu_k, max_q, max_k, dropout_p, seed,
-                 sparse):
+                 sparse, packed=None):
         self.varlen = cu_q is not None
         if self.varlen:
             self.batch = cu_q.numel() - 1
@@ -540,13 +560,26 @@ class _Problem:
         self.group = self.heads // self.heads_kv
         self.block_d = block_d_for(self.head_dim)
         self.sm_scale, self.causal, self.dropout_p = sm_scale, causal, dropout_p
-        self.seed = seed if seed is not None else q  # (1,) int64 on q's device; unread without dropout
+        # a packed qkv whose views q and k are: kernels get the packed tensor, never a view (which
+        # compiled graphs would copy), and find k and v in it themselves
+        self.packed = packed
+        self.slot_stride = packed.stride(-3) if packed is not None else 0
+        # Pointers a call does not read are None (constexpr to Triton): compiled graphs would copy
+        # any tensor passed in their place, since their mutation analysis takes every tensor that
+        # reaches a helper whose result addresses a store (e.g. cu_seqlens) for a mutated one.
+        self.seed = seed  # (1,) int64 on the device with dropout, else None
         self.kpm, self.cu_q, self.cu_k, self.sparse = kpm, cu_q, cu_k, sparse
-        dummy = q
-        self.kpm_arg = kpm if kpm is not None else dummy
         self.kpm_stride = kpm.stride(0) if kpm is not None else 0
-        self.cu_q_arg = cu_q if cu_q is not None else dummy
-        self.cu_k_arg = cu_k if cu_k is not None else dummy
+
+    def inputs(self, q, k, v):
+        """The q, k, v pointer arguments: the packed tensor alone for a packed call."""
+        return (self.packed, None, None) if self.packed is not None else (q, k, v)
+
+    def lists(self, rows):
+        """The block-sparse lists by block row (or column), None for dense calls."""
+        if self.sparse is None:
+            return (None,) * 3
+        return self.sparse.row_lists() if rows else self.sparse.col_lists()
 
     def lse_buffer(self, q):
         if self.varlen:
@@ -560,7 +593,8 @@ class _Problem:
     def flags(self, sparse_ok=True):
         return dict(HEAD_DIM=self.head_dim, BLOCK_D=self.block_d, IS_CAUSAL=self.causal,
                     HAS_KPM=self.kpm is not None, VARLEN=self.varlen,
-                    SPARSE=self.sparse is not None and sparse_ok, DROPOUT=self.dropout_p > 0.0)
+                    SPARSE=self.sparse is not None and sparse_ok, DROPOUT=self.dropout_p > 0.0,
+                    PACKED=self.packed is not None)
 
     def tiles(self, config):
         """Tiles of a block-sparse call fit inside the layout's blocks (LAYOUT_BLOCK)."""
@@ -592,60 +626,88 @@ def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
     config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
                                                         sp is not None, prob.seqlen_q))
-    o = torch.empty_like(q)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = prob.lse_buffer(q)
     grid = (_cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
-    args = (q, k, v, o, lse, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-            *(sp.row_lists() if sp else (q, q, q)),
+    args = (*prob.inputs(q, k, v), o, lse, prob.kpm, prob.cu_q, prob.cu_k, *prob.lists(rows=True),
             *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
-            *_strides(o, prob.varlen), *prob.lse_strides(lse), prob.kpm_stride,
-            prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale * LOG2E,
-            prob.dropout_p, prob.seed)
+            prob.slot_stride, *_strides(o, prob.varlen), *prob.lse_strides(lse),
+            prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group,
+            prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
     _launch(_fwd_kernel, grid, args, config, REVERSE=prob.causal and sp is None, **prob.flags())
     return o, lse
 
 
+def _gradient_buffers(q, k, v, prob, atomic):
+    """(dq, dk, dv, dqkv) pointer arguments and the (batch, seq, head) strides of dq, dk, dv.
+
+    A packed call gets one gradient dqkv like its qkv: dQ is its slot 0 (unless added with
+    atomics: then a float32 buffer) and the dK/dV kernel finds slots 1 and 2 itself (dv is then
+    None). Kernels never write views, which compiled graphs would copy back."""
+    varlen = prob.varlen
+    dqkv = torch.empty_like(prob.packed) if prob.packed is not None else None
+    if atomic:
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dq_strides = _strides(dq, varlen)
+    elif dqkv is not None:
+        dq, dq_strides = dqkv, _strides(dqkv.select(-3, 0), varlen)
+    else:
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        dq_strides = _strides(dq, varlen)
+    if dqkv is not None:
+        slot_strides = _strides(dqkv.select(-3, 1), varlen)
+        return (dq, dqkv, None, dqkv), (dq_strides, slot_strides, slot_strides)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    return (dq, dk, dv, None), (dq_strides, _strides(dk, varlen), _strides(dv, varlen))
+
+
 def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic=None):
-    """dq, dk, dv: a dQ pass (which also writes delta) then a dK/dV pass; or, where
-    `tuning.atomic_dq` finds it faster and `deterministic` is False, one pass whose dK/dV kernel
-    also adds each block's dQ share to a float32 dQ with atomics (order-dependent rounding).
-    atomic: force one of the two (sweeps)."""
+    """[dq, dk, dv], or [dqkv] for a packed call: a dQ pass (which also writes delta) then a dK/dV
+    pass; or, where `tuning.atomic_dq` finds it faster and `deterministic` is False, one pass
+    whose dK/dV kernel also adds each block's dQ share to a float32 dQ with atomics
+    (order-dependent rounding). atomic: force one of the two (sweeps)."""
     if atomic is None:
         atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
     configs = configs or tuning.backward_configs(prob.block_d, prob.causal, atomic,
                                                  prob.sparse is not None)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic else torch.empty_like(q)
+    (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(
+        q, k, v, prob, atomic)
     delta = torch.empty_like(lse)
     lse_strides = prob.lse_strides(lse)
     flags = prob.flags()
     sp = prob.sparse
+    inputs = prob.inputs(q, k, v)
     common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
               *_strides(do, prob.varlen))
     if atomic:
         traceable(_bwd_delta_kernel, o)[(_cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
-            o, do, delta, prob.cu_q_arg, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
+            o, do, delta, prob.cu_q, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
             *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
             BLOCK_M=64, VARLEN=prob.varlen)
     else:  # the dQ pass writes delta, which the dK/dV pass reads
-        dq_args = (q, k, v, o, do, lse, delta, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-                   *(sp.row_lists() if sp else (q, q, q)), *common, *_strides(o, prob.varlen),
-                   *_strides(dq, prob.varlen), *lse_strides, prob.kpm_stride,
-                   prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group, prob.sm_scale,
-                   prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
+        dq_args = (*inputs, o, do, lse, delta, dq, prob.kpm, prob.cu_q, prob.cu_k,
+                   *prob.lists(rows=True), *common,
+                   *_strides(o, prob.varlen), *dq_strides, prob.slot_stride, *lse_strides,
+                   prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group,
+                   prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
         _launch(_bwd_dq_kernel, (_cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]),
                                  prob.batch * prob.heads),
                 dq_args, dq_cfg, REVERSE=prob.causal and sp is None, **flags)
-    dkdv_args = (q, k, v, do, lse, delta, dk, dv, dq, prob.kpm_arg, prob.cu_q_arg, prob.cu_k_arg,
-                 *(sp.col_lists() if sp else (q, q, q)), *common, *_strides(dk, prob.varlen),
-                 *_strides(dv, prob.varlen), *_strides(dq, prob.varlen), *lse_strides,
+    dkdv_args = (*inputs, do, lse, delta, dk, dv, dq, prob.kpm, prob.cu_q, prob.cu_k,
+                 *prob.lists(rows=False), *common,
+                 *dk_strides, *dv_strides, *dq_strides, prob.slot_stride, *lse_strides,
                  prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group,
                  prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
     _launch(_bwd_dkdv_kernel, (_cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
                                prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg,
             ATOMIC_DQ=atomic, **flags)
-    return (dq.to(q.dtype) if atomic else dq), dk, dv
+    if dqkv is None:
+        return [dq.to(q.dtype) if atomic else dq, dk, dv]
+    if atomic:
+        dqkv.select(-3, 0).copy_(dq)
+    return [dqkv]
 
 
 # --------------------------------------------------------------------------------------------
@@ -666,9 +728,10 @@ class _SparseLists:
 
 
 def _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
-             dropout_p):
+             dropout_p, packed=None):
     lists = _SparseLists(block, sparse) if sparse else None
-    return _Problem(q, k, sm_scale, causal, kpm, cu_q, cu_k, max_q, max_k, dropout_p, seed, lists)
+    return _Problem(q, k, sm_scale, causal, kpm, cu_q, cu_k, max_q, max_k, dropout_p, seed, lists,
+                    packed)
 
 
 def _fixed_strides(*tensors):
@@ -682,43 +745,55 @@ def _fixed_strides(*tensors):
     return tuple(None if t is None else t.contiguous() for t in tensors)
 
 
-def _flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seed: torch.Tensor,
-               kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
-               cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+def _unpack(q, k, v):
+    """(packed, q, k, v): k and v None mean that q is a packed qkv (..., 3, H, d), whose slots
+    become q, k, v (views that give the shapes and strides; kernels get the packed tensor)."""
+    if k is None:
+        return (q, *q.unbind(-3))
+    return None, q, k, v
+
+
+def _flash_fwd(q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor],
+               seed: Optional[torch.Tensor], kpm: Optional[torch.Tensor],
+               cu_q: Optional[torch.Tensor], cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
                block: int, causal: bool, sm_scale: float, dropout_p: float,
                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse); `deterministic` is not used here: it is saved for the backward."""
+    """(out, lse); k and v None: q is a packed qkv. `deterministic` is saved for the backward."""
     q, k, v, kpm, cu_q, cu_k = _fixed_strides(q, k, v, kpm, cu_q, cu_k)
+    packed, q, k, v = _unpack(q, k, v)
     prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
-                    dropout_p)
+                    dropout_p, packed)
     return _forward(q, k, v, prob)
 
 
-def _flash_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               o: torch.Tensor, lse: torch.Tensor, seed: torch.Tensor,
-               kpm: Optional[torch.Tensor], cu_q: Optional[torch.Tensor],
-               cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+def _flash_bwd(do: torch.Tensor, q: torch.Tensor, k: Optional[torch.Tensor],
+               v: Optional[torch.Tensor], o: torch.Tensor, lse: torch.Tensor,
+               seed: Optional[torch.Tensor], kpm: Optional[torch.Tensor],
+               cu_q: Optional[torch.Tensor], cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
                block: int, causal: bool, sm_scale: float, dropout_p: float,
-               deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               deterministic: bool) -> List[torch.Tensor]:
+    """[dq, dk, dv], or [dqkv] for a packed qkv."""
     do, q, k, v, o, kpm, cu_q, cu_k = _fixed_strides(do, q, k, v, o, kpm, cu_q, cu_k)
+    packed, q, k, v = _unpack(q, k, v)
     prob = _problem(q, k, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
-                    dropout_p)
+                    dropout_p, packed)
     return _backward(do if do.stride(-1) == 1 else do.contiguous(), q, k, v, o, lse, prob,
                      deterministic)
 
 
 def _flash_fwd_fake(q, k, v, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block, causal, sm_scale,
                     dropout_p, deterministic):
+    _, q, _, _ = _unpack(q, k, v)
     if cu_q is not None:
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     else:
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
-    return torch.empty_like(q), lse
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device), lse
 
 
 def _flash_bwd_fake(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, max_q, max_k, block,
                     causal, sm_scale, dropout_p, deterministic):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return [torch.empty_like(x) for x in (q, k, v) if x is not None]
 
 
 _flash_fwd_op = kernel_op("fa_train::flash_attn_fwd")(_flash_fwd)
@@ -736,9 +811,11 @@ def _save_for_backward(ctx, inputs, output):
 
 
 def _gradients(ctx, do, backward):
-    """dq, dk, dv from the saved tensors through `backward` (the op or its plain function)."""
+    """The gradients of q, k, v from the saved tensors through `backward` (the op or its plain
+    function): (dqkv, None, None) for a packed qkv."""
     q, k, v, o, lse, seed, kpm, cu_q, cu_k, *sparse = ctx.saved_tensors
-    return backward(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, *ctx.options)
+    grads = backward(do, q, k, v, o, lse, seed, kpm, cu_q, cu_k, sparse, *ctx.options)
+    return (grads[0], None, None) if k is None else tuple(grads)
 
 
 def _op_backward(ctx, do, _dlse):
@@ -802,20 +879,28 @@ def next_dropout_seed(device=None):
     return seed
 
 
-def _check_tensor(name, x, ndim):
+_LAYOUTS = {4: "(batch, seqlen, heads, head_dim)", 3: "(total_tokens, heads, head_dim)"}
+_PACKED_LAYOUTS = {5: "(batch, seqlen, 3, heads, head_dim)", 4: "(total_tokens, 3, heads, head_dim)"}
+
+
+def _check_tensor(name, x, ndim, layout):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != ndim:
-        layout = "(batch, seqlen, heads, head_dim)" if ndim == 4 else "(total_tokens, heads, head_dim)"
         raise ValueError(f"{name} must have {ndim} dims {layout}, got shape {tuple(x.shape)}")
     check_kernel_input(name, x)
+
+
+def _check_head_dim(head_dim):
+    if head_dim > MAX_HEAD_DIM or head_dim < 1:
+        raise ValueError(f"head_dim {head_dim} is not supported; use 1 <= head_dim <= {MAX_HEAD_DIM}")
 
 
 def check_qkv(q, k, v, ndim):
     """Validate q, k, v (shapes, dtypes, devices); return them with a unit last stride
     (contiguous while torch.compile traces)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, x, ndim)
+        _check_tensor(name, x, ndim, _LAYOUTS[ndim])
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.device != q.device or v.device != q.device:
@@ -826,14 +911,23 @@ def check_qkv(q, k, v, ndim):
         raise ValueError(f"batch size of k ({k.shape[0]}) differs from q ({q.shape[0]})")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"head_dim of k ({k.shape[-1]}) differs from q ({q.shape[-1]})")
-    head_dim = q.shape[-1]
-    if head_dim > MAX_HEAD_DIM or head_dim < 1:
-        raise ValueError(f"head_dim {head_dim} is not supported; use 1 <= head_dim <= {MAX_HEAD_DIM}")
+    _check_head_dim(q.shape[-1])
     if q.shape[-2] % k.shape[-2]:
         raise ValueError(f"q heads ({q.shape[-2]}) must be a multiple of k/v heads ({k.shape[-2]})")
     if torch.compiler.is_compiling():  # copied once here: the saved q, k, v need no second copy
         return q.contiguous(), k.contiguous(), v.contiguous()  # in the backward op
     return tuple(x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+
+
+def check_qkvpacked(qkv, ndim):
+    """Validate a packed qkv (5 dims, or 4 when varlen) whose dim -3 holds q, k, v; return it with
+    a unit last stride (contiguous while torch.compile traces: a projection's output already is)."""
+    _check_tensor("qkv", qkv, ndim, _PACKED_LAYOUTS[ndim])
+    if qkv.shape[-3] != 3:
+        raise ValueError(f"qkv must hold q, k, v along dim {ndim - 3} (size 3), got shape "
+                         f"{tuple(qkv.shape)}")
+    _check_head_dim(qkv.shape[-1])
+    return qkv.contiguous() if torch.compiler.is_compiling() or qkv.stride(-1) != 1 else qkv
 
 
 def _check_dropout(dropout_p):
@@ -867,7 +961,7 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     """
     _check_dropout(dropout_p)
     # a tensor, so that compiled graphs need not leave the graph to draw it
-    seed = _draw_seed(q.device) if dropout_p > 0.0 else q.new_zeros(1, dtype=torch.int64)
+    seed = _draw_seed(q.device) if dropout_p > 0.0 else None
     lists = [*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else []
     return _attention(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
                          sparse.block if sparse is not None else 0, bool(causal),
@@ -886,6 +980,19 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     q, k, v = check_qkv(q, k, v, 4)
     kpm = check_key_padding_mask(key_padding_mask, q, k)
     out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm,
+                              deterministic=deterministic)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              key_padding_mask=None, return_lse=False, deterministic=False):
+    """flash_attn_func over q, k, v packed in one tensor qkv (B, N, 3, H, d), as a fused q/k/v
+    projection makes them: the forward reads the three in place and the backward writes one packed
+    gradient, so no pass copies them (not even in compiled graphs). Returns out (B, N, H, d) and,
+    with return_lse, lse (B, H, N)."""
+    qkv = check_qkvpacked(qkv, 5)
+    kpm = check_key_padding_mask(key_padding_mask, qkv, qkv)
+    out, lse = attention_call(qkv, None, None, dropout_p, softmax_scale, causal, kpm,
                               deterministic=deterministic)
     return (out, lse) if return_lse else out
 
@@ -916,6 +1023,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same number of sequences")
     out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, None,
                               cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                              deterministic=deterministic)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, return_lse=False,
+                                     deterministic=False):
+    """flash_attn_varlen_func over packed variable-length sequences whose q, k, v are packed in
+    one tensor qkv (total, 3, H, d): no copies of q, k, v, one packed gradient."""
+    qkv = check_qkvpacked(qkv, 4)
+    _check_cu_seqlens("cu_seqlens", cu_seqlens, qkv.shape[0], qkv.device)
+    out, lse = attention_call(qkv, None, None, dropout_p, softmax_scale, causal, None,
+                              cu_seqlens, cu_seqlens, int(max_seqlen), int(max_seqlen),
                               deterministic=deterministic)
     return (out, lse) if return_lse else out
 

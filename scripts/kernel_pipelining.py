@@ -93,7 +93,7 @@ def kernel_cases(head_dim, same_tiles=False):
     same_tiles, both with the block-sparse tiles)."""
     block_d = fa.block_d_for(head_dim)
     base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=False, HAS_KPM=False,
-                VARLEN=False, DROPOUT=False, REVERSE=False, ATOMIC_DQ=False)
+                VARLEN=False, DROPOUT=False, REVERSE=False, ATOMIC_DQ=False, PACKED=False)
     for sparse in (False, True):
         constants = dict(base, SPARSE=sparse, LAYOUT_BLOCK=LAYOUT_BLOCK if sparse else 1)
         tiles = sparse or same_tiles

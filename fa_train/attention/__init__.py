@@ -9,6 +9,10 @@ One signature for every implementation (tensors in flash-attn layout, (batch, se
     out = attn(q, k, v, causal=False, dropout_p=0.0, key_padding_mask=None, softmax_scale=None,
                cu_seqlens=None, max_seqlen=None)
 
+Models whose q, k, v come from one fused projection call ``attn.packed(qkv, ...)`` with the same
+keywords and qkv (B, N, 3, H, d) (or (total, 3, H, d) with cu_seqlens): ``flash`` then reads the
+three in place and writes one packed gradient, so no pass copies them; the others get the views.
+
 - ``key_padding_mask``: (B, N) bool, True = real token (keep), False = padding.
 - Packed variable-length input (BERT unpadding): q, k, v are (total_tokens, H, d) and
   ``cu_seqlens`` (int32, (batch + 1,)) with ``max_seqlen`` describe the sequences; the output is

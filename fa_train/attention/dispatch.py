@@ -184,6 +184,24 @@ def flash_attention(q, k, v, causal=False, dropout_p=0.0, key_padding_mask=None,
                 key_padding_mask=key_padding_mask)
 
 
+def flash_attention_packed(qkv, causal=False, dropout_p=0.0, key_padding_mask=None,
+                           softmax_scale=None, cu_seqlens=None, max_seqlen=None):
+    """flash over a packed qkv (B, N, 3, H, d), or (total, 3, H, d) with cu_seqlens: the kernels
+    read q, k, v in place and write one packed gradient (no copies of q, k, v)."""
+    _check_triton_device(qkv, "flash")
+    if cu_seqlens is not None:
+        varlen = _kernels("flash_attn_varlen_qkvpacked_func")
+        return varlen(qkv, cu_seqlens.to(torch.int32), int(max_seqlen), dropout_p=dropout_p,
+                      softmax_scale=softmax_scale, causal=causal)
+    return _kernels("flash_attn_qkvpacked_func")(
+        qkv, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+        key_padding_mask=key_padding_mask)
+
+
+# implementations with a path of their own for packed q, k, v; the others get the three views
+PACKED_IMPLS: dict[str, AttentionFn] = {"flash": flash_attention_packed}
+
+
 @dataclass
 class BlocksparseConfig:
     """Block-sparse layout parameters (see shared spec butterfly.md).
@@ -292,6 +310,17 @@ class Attention:
         extra = {"blocksparse": self.blocksparse} if impl == "blocksparse" else {}
         return fn(q, k, v, causal=causal, dropout_p=dropout_p, key_padding_mask=key_padding_mask,
                   softmax_scale=softmax_scale, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, **extra)
+
+    def packed(self, qkv, causal=False, dropout_p=0.0, key_padding_mask=None,
+               softmax_scale=None, cu_seqlens=None, max_seqlen=None):
+        """Attention over q, k, v packed along dim -3 of ``qkv`` ((B, N, 3, H, d), or
+        (total, 3, H, d) with cu_seqlens), as a fused q/k/v projection makes them."""
+        kwargs = dict(causal=causal, dropout_p=dropout_p, key_padding_mask=key_padding_mask,
+                      softmax_scale=softmax_scale, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
+        packed_fn = PACKED_IMPLS.get(resolve_impl(self.impl, qkv.device))
+        if packed_fn is not None:
+            return packed_fn(qkv, **kwargs)
+        return self(*qkv.unbind(dim=-3), **kwargs)
 
     def supports_varlen(self, device) -> bool:
         """True when the resolved impl runs packed (unpadded) input natively."""

@@ -27,11 +27,11 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, key_padding_mask=None, cu_seqlens=None, max_seqlen=None):
         *lead, d = x.shape
-        q, k, v = self.qkv(x).view(*lead, 3, self.n_head, d // self.n_head).unbind(dim=-3)
-        y = self.attention(q, k, v, causal=False,
-                           dropout_p=self.attn_dropout if self.training else 0.0,
-                           key_padding_mask=key_padding_mask, cu_seqlens=cu_seqlens,
-                           max_seqlen=max_seqlen)
+        qkv = self.qkv(x).view(*lead, 3, self.n_head, d // self.n_head)
+        y = self.attention.packed(qkv, causal=False,
+                                  dropout_p=self.attn_dropout if self.training else 0.0,
+                                  key_padding_mask=key_padding_mask, cu_seqlens=cu_seqlens,
+                                  max_seqlen=max_seqlen)
         return self.out(y.reshape(*lead, d))
 
 

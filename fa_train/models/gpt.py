@@ -54,9 +54,9 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x):
         b, n, c = x.shape
-        q, k, v = self.c_attn(x).view(b, n, 3, self.n_head, c // self.n_head).unbind(dim=2)
-        y = self.attention(q, k, v, causal=True,
-                           dropout_p=self.attn_dropout if self.training else 0.0)
+        qkv = self.c_attn(x).view(b, n, 3, self.n_head, c // self.n_head)
+        y = self.attention.packed(qkv, causal=True,
+                                  dropout_p=self.attn_dropout if self.training else 0.0)
         return self.resid_dropout(self.c_proj(y.reshape(b, n, c)))
 
 

@@ -113,6 +113,53 @@ def test_varlen_matches_per_sequence_reference(causal, dropout_p, deterministic,
             assert rel_err(grad[rows], ref_grad[0]) < TOL32
 
 
+@pytest.mark.parametrize("causal,padding,dropout_p,deterministic", [
+    (False, False, 0.0, True), (True, True, 0.0, True), (True, False, 0.25, False),
+    (False, True, 0.25, True)])
+def test_packed_qkv_matches_the_three_views(causal, padding, dropout_p, deterministic):
+    """q, k, v read from one packed tensor and one packed gradient written in place (dQ in slot 0
+    by its own pass or added with atomics, dK and dV in slots 1 and 2) give bit for bit what the
+    three separate tensors give."""
+    torch.manual_seed(12)
+    qkv = torch.randn(2, 45, 3, 2, 32, requires_grad=True)
+    views = [t.detach().clone().requires_grad_() for t in qkv.detach().unbind(2)]
+    kwargs = dict(causal=causal, dropout_p=dropout_p, deterministic=deterministic,
+                  key_padding_mask=_padding_mask(2, 45) if padding else None)
+    g = torch.randn(2, 45, 2, 32)
+    torch.manual_seed(13)
+    out, lse = fa.flash_attn_qkvpacked_func(qkv, return_lse=True, **kwargs)
+    out.backward(g)
+    torch.manual_seed(13)
+    ref, ref_lse = flash_attn_func(*views, return_lse=True, **kwargs)
+    ref.backward(g)
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+    assert torch.equal(qkv.grad, torch.stack([t.grad for t in views], dim=2))
+
+
+def test_packed_varlen_qkv_matches_the_three_views():
+    torch.manual_seed(14)
+    cu = torch.tensor([0, 5, 38, 39], dtype=torch.int32)
+    qkv = torch.randn(39, 3, 4, 16, requires_grad=True)
+    views = [t.detach().clone().requires_grad_() for t in qkv.detach().unbind(1)]
+    g = torch.randn(39, 4, 16)
+    out = fa.flash_attn_varlen_qkvpacked_func(qkv, cu, 33, causal=True)
+    out.backward(g)
+    ref = flash_attn_varlen_func(*views, cu, cu, 33, 33, causal=True)
+    ref.backward(g)
+    assert torch.equal(out, ref)
+    assert torch.equal(qkv.grad, torch.stack([t.grad for t in views], dim=1))
+
+
+def test_packed_qkv_stays_in_compiled_graphs():
+    torch.manual_seed(15)
+    qkv = torch.randn(1, 40, 3, 2, 16, requires_grad=True)
+    fn = lambda qkv: fa.flash_attn_qkvpacked_func(qkv, causal=True)
+    compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
+    out, (grad,), g = run_with_grads(compiled, [qkv])
+    ref, (ref_grad,), _ = run_with_grads(fn, [qkv], g)
+    assert torch.equal(out, ref) and torch.equal(grad, ref_grad)
+
+
 def test_dropout_is_reproducible_and_has_the_right_rate():
     q, k, v = [t.detach() for t in qkv(1, 64, 64, 2, 2, 16)]
     torch.manual_seed(11)
@@ -188,6 +235,13 @@ def test_bad_input_names_the_argument(make_args, match):
     q, k, v = [torch.randn(2, 8, 4, 16) for _ in range(3)]
     with pytest.raises((ValueError, TypeError), match=match):
         flash_attn_func(*make_args(q, k, v))
+
+
+@pytest.mark.parametrize("shape,match", [
+    ((2, 8, 3, 4), "qkv must have 5 dims"), ((2, 8, 2, 4, 16), "qkv must hold q, k, v")])
+def test_bad_packed_qkv_names_the_argument(shape, match):
+    with pytest.raises(ValueError, match=match):
+        fa.flash_attn_qkvpacked_func(torch.randn(shape))
 
 
 def test_bad_options_are_rejected():

@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from kernels import (blocksparse_attn_func, dropout_mask, flash_attn_func, flash_attn_varlen_func,
-                     next_dropout_seed, reference_attention)
+from kernels import (blocksparse_attn_func, dropout_mask, flash_attn_func,
+                     flash_attn_qkvpacked_func, flash_attn_varlen_func, next_dropout_seed,
+                     reference_attention)
 from kernels.layouts import butterfly_layout
 from tests.kernels.helpers import backward_path, rel_err
 
@@ -158,10 +159,11 @@ def test_compiled_dropout_is_regenerated_in_backward():
         _check(compiled, tensors, torch.bfloat16, causal=True, dropout_mask=keep, dropout_p=0.2)
 
 
-def test_compiled_attention_over_a_biased_packed_projection():
+@pytest.mark.parametrize("packed", [False, True])
+def test_compiled_attention_over_a_biased_packed_projection(packed):
     """GPT-2's q, k, v are strided views of one biased projection; Inductor may realize them in
     new buffers (it guarantees user kernels only the stride order): the op must not rely on the
-    strides it saw while tracing."""
+    strides it saw while tracing, whether it gets the three views or the packed tensor."""
     torch.manual_seed(7)
     batch, seqlen, heads, head_dim = 4, 1024, 12, 64
     x = torch.randn(batch, seqlen, heads * head_dim, device="cuda", dtype=torch.bfloat16,
@@ -170,14 +172,42 @@ def test_compiled_attention_over_a_biased_packed_projection():
                            dtype=torch.bfloat16)
 
     def block(x):
-        q, k, v = proj(x).view(batch, seqlen, 3, heads, head_dim).unbind(dim=2)
-        out = flash_attn_func(q, k, v, causal=True)
+        qkv = proj(x).view(batch, seqlen, 3, heads, head_dim)
+        if packed:
+            out = flash_attn_qkvpacked_func(qkv, causal=True)
+        else:
+            out = flash_attn_func(*qkv.unbind(dim=2), causal=True)
         return out.reshape(batch, seqlen, -1).float().square().mean()
 
     expected = torch.autograd.grad(block(x), [x, proj.weight, proj.bias])
     got = torch.autograd.grad(torch.compile(block)(x), [x, proj.weight, proj.bias])
     for g, e in zip(got, expected):
         assert rel_err(g, e) < 1e-2
+
+
+@pytest.mark.parametrize("dropout_p,deterministic", [(0.0, True), (0.1, False), (0.1, True)])
+def test_packed_qkv_matches_the_separate_views(dropout_p, deterministic):
+    """One packed gradient written in place (slots 0-2 by two kernels, or dQ added with atomics)
+    equals the three gradients of the separate views, bit for bit, on poisoned memory."""
+    torch.manual_seed(9)
+    qkv = torch.randn(4, 1024, 3, 12, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    views = [t.detach().clone().requires_grad_() for t in qkv.detach().unbind(2)]
+    g = torch.randn(4, 1024, 12, 64, device="cuda", dtype=torch.bfloat16)
+    kwargs = dict(causal=True, dropout_p=dropout_p, deterministic=deterministic)
+    poison_allocator()
+    torch.manual_seed(10)
+    out = flash_attn_qkvpacked_func(qkv, **kwargs)
+    dqkv, = torch.autograd.grad(out, qkv, g)
+    torch.manual_seed(10)
+    ref = flash_attn_func(*views, **kwargs)
+    ref_grads = torch.autograd.grad(ref, views, g)
+    assert torch.equal(out, ref)
+    if deterministic:
+        assert torch.equal(dqkv, torch.stack(ref_grads, dim=2))
+    else:  # atomics add dQ in a varying order
+        for slot, ref_grad in enumerate(ref_grads):
+            assert not torch.isnan(dqkv[:, :, slot]).any()
+            assert rel_err(dqkv[:, :, slot], ref_grad) < 1e-2
 
 
 def _small_gpt(seed, vocab, batch, seqlen):
