@@ -43,7 +43,11 @@ def lr_multiplier(step: int, name: str, warmup_steps: int = 0, total_steps: int 
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al. 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||."""
+    """LAMB (You et al. 2019): Adam moments with a per-tensor trust ratio ||w|| / ||update||.
+
+    Each step runs multi-tensor (foreach) ops over a group's tensors: a per-tensor Python loop
+    costs about 15 ops per tensor, which for BERT-large's ~400 tensors took longer on the host
+    than the model's step on the GPU."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -55,29 +59,36 @@ class Lamb(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["m"] = torch.zeros_like(p)
-                    state["v"] = torch.zeros_like(p)
-                state["step"] += 1
-                m, v, g = state["m"], state["v"], p.grad
-                m.mul_(b1).add_(g, alpha=1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                mh = m / (1 - b1 ** state["step"])
-                vh = v / (1 - b2 ** state["step"])
-                update = mh / (vh.sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update = update + group["weight_decay"] * p
-                w_norm, u_norm = p.norm(), update.norm()
-                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm,
-                                    torch.ones_like(w_norm))
-                p.add_(update * trust, alpha=-group["lr"])
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self._update(group, params)
         return loss
+
+    def _update(self, group, params):
+        b1, b2 = group["betas"]
+        states = [self.state[p] for p in params]
+        for p, state in zip(params, states):
+            if not state:
+                state.update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+            state["step"] += 1
+        grads = [p.grad for p in params]
+        m, v = [s["m"] for s in states], [s["v"] for s in states]
+        torch._foreach_mul_(m, b1)
+        torch._foreach_add_(m, grads, alpha=1 - b1)
+        torch._foreach_mul_(v, b2)
+        torch._foreach_addcmul_(v, grads, grads, value=1 - b2)
+        denom = torch._foreach_div(v, [1 - b2 ** s["step"] for s in states])
+        torch._foreach_sqrt_(denom)
+        torch._foreach_add_(denom, group["eps"])
+        update = torch._foreach_div(m, [1 - b1 ** s["step"] for s in states])
+        torch._foreach_div_(update, denom)
+        if group["weight_decay"]:
+            torch._foreach_add_(update, params, alpha=group["weight_decay"])
+        w_norm = torch.stack(torch._foreach_norm(params))
+        u_norm = torch.stack(torch._foreach_norm(update))
+        trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+        torch._foreach_mul_(update, list(trust.unbind()))
+        torch._foreach_add_(params, update, alpha=-group["lr"])
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

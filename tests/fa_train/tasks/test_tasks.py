@@ -41,6 +41,39 @@ def test_optimizers():
         build_optimizer([p], name="sgdx")
 
 
+def _lamb_reference(params, grads_per_step, lr, betas, eps, weight_decay):
+    """LAMB written out tensor by tensor, as in the paper's Algorithm 2."""
+    params = [p.clone() for p in params]
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    for t, grads in enumerate(grads_per_step, start=1):
+        for i, (p, g) in enumerate(zip(params, grads)):
+            m[i] = betas[0] * m[i] + (1 - betas[0]) * g
+            v[i] = betas[1] * v[i] + (1 - betas[1]) * g * g
+            update = (m[i] / (1 - betas[0] ** t)) / ((v[i] / (1 - betas[1] ** t)).sqrt() + eps)
+            update = update + weight_decay * p
+            w_norm, u_norm = p.norm(), update.norm()
+            trust = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+            params[i] = p - lr * trust * update
+    return params
+
+
+def test_lamb_matches_the_per_tensor_algorithm():
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s)) for s in ((8, 4), (4,), (3, 3, 2))]
+    params.append(torch.nn.Parameter(torch.zeros(5)))  # zero weights: trust ratio 1
+    start = [p.detach().clone() for p in params]
+    grads_per_step = [[torch.randn_like(p) for p in params] for _ in range(3)]
+    opt = Lamb(params, lr=0.05, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.01)
+    for grads in grads_per_step:
+        for p, g in zip(params, grads):
+            p.grad = g
+        opt.step()
+    expected = _lamb_reference(start, grads_per_step, 0.05, (0.9, 0.99), 1e-6, 0.01)
+    for p, e in zip(params, expected):
+        torch.testing.assert_close(p.detach(), e, rtol=1e-5, atol=1e-6)
+
+
 def _fit(task, dm, steps=30, **kw):
     trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
