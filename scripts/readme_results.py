@@ -155,10 +155,11 @@ def io_and_blocksparse():
     return lines
 
 
-def training():
-    path = "reports/table2_gpt2/gpu/results.json"
+def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024"):
+    """The runs of a training recipe at the gpu scale: speed, memory and the loss they reached."""
+    path = f"reports/{recipe}/gpu/results.json"
     data = load(path)
-    lines = ["", f"GPT-2 training, seq 1024, bf16, one GPU (recipe table2_gpt2, scale gpu; `{path}`):", "",
+    lines = ["", f"{what}, bf16, one GPU (recipe {recipe}, scale gpu; `{path}`):", "",
              "| run | attention | torch.compile | tokens/s | MFU | peak GiB | loss after the run |",
              "|---|---|---|---|---|---|---|"]
     for name, run in data["runs"].items():
@@ -199,9 +200,10 @@ def bare_model():
              "GPU busy ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     sources = []
-    for name in ("gpt2_small_short_fwd_tiles", "gpt2_small_trainer_after_fix",
-                 "gpt2_small_fused_loss", "gpt2_small_torch_loss",
-                 "gpt2_small_trainer_fused_loss", "gpt2_small_eager",
+    for name in ("gpt2_small_packed_qkv", "gpt2_small_packed_qkv_reversed",
+                 "gpt2_small_packed_qkv_profile", "gpt2_small_short_fwd_tiles",
+                 "gpt2_small_trainer_after_fix", "gpt2_small_fused_loss", "gpt2_small_torch_loss",
+                 "gpt2_small_eager",
                  "gpt2_small_compiled", "gpt2_small_reduce_overhead", "gpt2_medium_compiled",
                  "gpt2_medium_reduce_overhead"):
         path = f"reports/bench/train_step/{name}/train_step.json"
@@ -300,7 +302,9 @@ def lra():
 
 def render():
     lines = (dense_table() + dense_graph_table() + long_sequences() + figure3() + io_and_blocksparse()
-             + training() + bare_model() + context() + context_sweep() + ddp_scaling() + lra())
+             + training() + bare_model()
+             + training("table1_bert", "BERT-large masked-LM training, seq 512, LAMB, 150 steps")
+             + context() + context_sweep() + ddp_scaling() + lra())
     return "\n".join([BEGIN, *lines, END])
 
 
