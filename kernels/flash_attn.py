@@ -590,10 +590,10 @@ class _Problem:
     def lse_strides(self, lse):
         return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
 
-    def flags(self, sparse_ok=True):
+    def flags(self):
         return dict(HEAD_DIM=self.head_dim, BLOCK_D=self.block_d, IS_CAUSAL=self.causal,
                     HAS_KPM=self.kpm is not None, VARLEN=self.varlen,
-                    SPARSE=self.sparse is not None and sparse_ok, DROPOUT=self.dropout_p > 0.0,
+                    SPARSE=self.sparse is not None, DROPOUT=self.dropout_p > 0.0,
                     PACKED=self.packed is not None)
 
     def tiles(self, config):
