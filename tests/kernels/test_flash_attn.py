@@ -136,6 +136,16 @@ def test_packed_qkv_matches_the_three_views(causal, padding, dropout_p, determin
     assert torch.equal(qkv.grad, torch.stack([t.grad for t in views], dim=2))
 
 
+def test_packed_qkv_in_any_memory_order():
+    """A packed qkv whose slots are far apart (slot-major memory) reads and grads the same."""
+    torch.manual_seed(16)
+    qkv = torch.randn(2, 3, 33, 2, 16).transpose(1, 2).requires_grad_()  # (B, N, 3, H, d) view
+    views = [t.detach().clone().requires_grad_() for t in qkv.detach().unbind(2)]
+    out, (dqkv,), g = run_with_grads(lambda x: fa.flash_attn_qkvpacked_func(x, causal=True), [qkv])
+    ref, grads, _ = run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, causal=True), views, g)
+    assert torch.equal(out, ref) and torch.equal(dqkv, torch.stack(grads, dim=2))
+
+
 def test_packed_varlen_qkv_matches_the_three_views():
     torch.manual_seed(14)
     cu = torch.tensor([0, 5, 38, 39], dtype=torch.int32)
