@@ -2,8 +2,8 @@
 
 Post-LN encoder as in the original BERT. With an attention that runs packed input natively
 (``flash`` / ``auto`` on CUDA), padding is removed after the embeddings and the whole encoder runs
-on (total_tokens, D) with cu_seqlens (the MLPerf "unpadded" BERT); other implementations run
-padded with a key-padding mask. Either way ``encode`` returns padded (B, N, D) hidden states.
+on (total_tokens, D) with cu_seqlens (the MLPerf "unpadded" BERT), except under torch.compile;
+other implementations run padded with a key-padding mask. Either way ``encode`` returns padded (B, N, D) hidden states.
 """
 from __future__ import annotations
 
@@ -77,7 +77,9 @@ class BertForPreTraining(nn.Module):
 
     def _use_unpad(self, device) -> bool:
         if self.config.unpad == "auto":
-            return self.attention.supports_varlen(device)
+            # compiled graphs stay padded: unpadding makes the token count data-dependent, which
+            # breaks the graph and recompiles it for new counts (kernels/NOTES.md, round 20)
+            return self.attention.supports_varlen(device) and not torch.compiler.is_compiling()
         return bool(self.config.unpad)
 
     def encode(self, input_ids, attention_mask=None, token_type_ids=None):

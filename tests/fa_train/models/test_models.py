@@ -142,6 +142,25 @@ def test_flash_and_blocksparse_models_match_standard_under_interpreter():
     torch.testing.assert_close(out[mask], ref[mask], atol=2e-3, rtol=2e-3)
 
 
+@needs_kernels
+def test_compiled_bert_encoder_stays_padded_in_one_graph(monkeypatch):
+    """Under torch.compile the flash BERT keeps the padded layout (a key-padding mask) instead of
+    unpadding, whose data-dependent token count would break the graph; same hidden states."""
+    import fa_train.models.bert as bert_module
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    b = _swap_attention(_bert().to(dev), "flash")
+    ids = torch.randint(0, 50, (2, 16), device=dev)
+    mask = torch.arange(16, device=dev)[None] < torch.tensor([16, 7], device=dev)[:, None]
+    eager = b.encode(ids, mask)  # unpadded
+    unpads, unpad = [], bert_module.unpad_input
+    monkeypatch.setattr(bert_module, "unpad_input", lambda *a: unpads.append(1) or unpad(*a))
+    torch._dynamo.reset()
+    compiled = torch.compile(b.encode, backend="eager", fullgraph=True)(ids, mask)
+    assert not unpads
+    torch.testing.assert_close(compiled[mask], eager[mask], atol=2e-3, rtol=2e-3)
+
+
 def test_gpt_loss_in_graph_matches_logits_and_ignores_vocab_padding():
     torch.manual_seed(0)
     m = GPT(vocab_size=97, max_seq_len=16, n_layer=1, n_head=2, d_model=32, dropout=0.0,
