@@ -113,13 +113,23 @@ def _chunk_tables(numels, device):
 _TRITON_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
+_ADDRESS_TABLES = {}  # (device, addresses) -> the addresses as a tensor on that device
+
+
 def _address_table(tensor_lists, device):
-    """The (w, grad, m, v) addresses of each tensor, copied to `device` without a host sync."""
-    addrs = torch.tensor([t.data_ptr() for group in zip(*tensor_lists) for t in group],
-                         dtype=torch.int64)
-    if device.type == "cpu":
-        return addrs
-    return addrs.pin_memory().to(device, non_blocking=True)
+    """The (w, grad, m, v) addresses of each tensor as an int64 tensor on `device`. Gradients
+    reallocated every step mostly come back at the same addresses, so tables are kept and reused;
+    a new one is copied from pinned memory without a host sync."""
+    addrs = tuple(t.data_ptr() for group in zip(*tensor_lists) for t in group)
+    key = (device, addrs)
+    if key not in _ADDRESS_TABLES:
+        if len(_ADDRESS_TABLES) >= 16:
+            _ADDRESS_TABLES.clear()
+        table = torch.tensor(addrs, dtype=torch.int64)
+        if device.type != "cpu":
+            table = table.pin_memory().to(device, non_blocking=True)
+        _ADDRESS_TABLES[key] = table
+    return _ADDRESS_TABLES[key]
 
 
 def supports(params, grads, exp_avgs, exp_avg_sqs):
