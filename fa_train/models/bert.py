@@ -3,7 +3,8 @@
 Post-LN encoder as in the original BERT. With an attention that runs packed input natively
 (``flash`` / ``auto`` on CUDA), padding is removed after the embeddings and the whole encoder runs
 on (total_tokens, D) with cu_seqlens (the MLPerf "unpadded" BERT), except under torch.compile;
-other implementations run padded with a key-padding mask. Either way ``encode`` returns padded (B, N, D) hidden states.
+other implementations run padded with a key-padding mask. Either way ``encode`` returns padded
+(B, N, D) hidden states.
 """
 from __future__ import annotations
 
