@@ -6,8 +6,8 @@ from fa_train.tasks.optim import Lamb
 from kernels import lamb
 from kernels.torch_ops import interpreting
 
-# sizes around the interpreter's 256-element chunks: one element, partial, exact, several chunks
-SHAPES = [(1,), (17,), (256,), (257,), (1000,), (30, 40), (5, 3)]
+# sizes around the interpreter's 256-element chunks: one element, none, partial, exact, several
+SHAPES = [(1,), (0,), (17,), (256,), (257,), (1000,), (30, 40), (5, 3)]
 needs_kernels = pytest.mark.skipif(not (interpreting() or torch.cuda.is_available()),
                                    reason="needs TRITON_INTERPRET=1 or a CUDA GPU")
 
