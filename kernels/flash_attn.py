@@ -755,7 +755,8 @@ def _unpack(q, k, v):
 
 def _flash_fwd(q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor],
                seed: Optional[torch.Tensor], kpm: Optional[torch.Tensor],
-               cu_q: Optional[torch.Tensor], cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+               cu_q: Optional[torch.Tensor], cu_k: Optional[torch.Tensor],
+               sparse: List[torch.Tensor], max_q: int, max_k: int,
                block: int, causal: bool, sm_scale: float, dropout_p: float,
                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); k and v None: q is a packed qkv. `deterministic` is saved for the backward."""
@@ -769,7 +770,8 @@ def _flash_fwd(q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Ten
 def _flash_bwd(do: torch.Tensor, q: torch.Tensor, k: Optional[torch.Tensor],
                v: Optional[torch.Tensor], o: torch.Tensor, lse: torch.Tensor,
                seed: Optional[torch.Tensor], kpm: Optional[torch.Tensor],
-               cu_q: Optional[torch.Tensor], cu_k: Optional[torch.Tensor], sparse: List[torch.Tensor], max_q: int, max_k: int,
+               cu_q: Optional[torch.Tensor], cu_k: Optional[torch.Tensor],
+               sparse: List[torch.Tensor], max_q: int, max_k: int,
                block: int, causal: bool, sm_scale: float, dropout_p: float,
                deterministic: bool) -> List[torch.Tensor]:
     """[dq, dk, dv], or [dqkv] for a packed qkv."""
