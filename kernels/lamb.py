@@ -141,7 +141,8 @@ def supports(params, grads, exp_avgs, exp_avg_sqs):
     if device.type != "cuda" or grad_dtype not in _TRITON_DTYPES:
         return False
     return all(w.dtype == m.dtype == v.dtype == torch.float32 and g.dtype == grad_dtype
-               and g.layout == torch.strided and w.device == g.device == m.device == v.device
+               and g.layout == torch.strided
+               and w.device == g.device == m.device == v.device == device
                and w.is_contiguous() and g.is_contiguous() and m.is_contiguous()
                and v.is_contiguous() for w, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs))
 
