@@ -250,8 +250,9 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
 
 
 # --------------------------------------------------------------------------------------------
-# Backward: delta = rowsum(dO * O); dQ per query block (which also writes delta), then dK/dV per
-# key block. The dK/dV pass that adds dQ with atomics takes delta from a kernel of its own.
+# Backward: delta = rowsum(dO * O); dQ per query block (which also writes each row's log2 lse and
+# delta), then dK/dV per key block. The dK/dV pass that adds dQ with atomics takes the row stats
+# from a kernel of their own.
 # --------------------------------------------------------------------------------------------
 @triton.jit
 def _row_delta(o, do):
@@ -260,7 +261,20 @@ def _row_delta(o, do):
 
 
 @triton.jit
-def _bwd_delta_kernel(O, DO, DELTA, CU_Q,
+def _log2_lse(lse):
+    """The log-sum-exp in log2 units, +inf for rows that see no key (their probabilities are 0)."""
+    return tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+
+
+@triton.jit
+def _store_row_stats(STATS, offs_m, lse, delta, row_ok):
+    """Store each row's (log2 lse, delta) pair, which the dK/dV pass reads with one load."""
+    pairs = tl.join(_log2_lse(lse), delta)
+    tl.store(STATS + offs_m[:, None] * 2 + tl.arange(0, 2)[None, :], pairs, mask=row_ok[:, None])
+
+
+@triton.jit
+def _bwd_row_stats_kernel(O, DO, LSE, STATS, CU_Q,
                       stride_ob, stride_on, stride_oh, stride_db, stride_dn, stride_dh,
                       stride_lb, stride_lh, seqlen_q, n_heads,
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -278,12 +292,14 @@ def _bwd_delta_kernel(O, DO, DELTA, CU_Q,
                 mask=mask, other=0.0)
     do = tl.load(DO + b * stride_db + h * stride_dh + rows * stride_dn + offs_d[None, :],
                  mask=mask, other=0.0)
-    tl.store(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, _row_delta(o, do),
-             mask=offs_m < seqlen_q)
+    row_ok = offs_m < seqlen_q
+    lse = tl.load(LSE + b * stride_lb + h * stride_lh + q_start + offs_m, mask=row_ok)
+    _store_row_stats(STATS + 2 * (b * stride_lb + h * stride_lh + q_start), offs_m, lse,
+                     _row_delta(o, do), row_ok)
 
 
 @triton.jit
-def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn, stride_dn,
+def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, stride_dn,
                 stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
                 sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
                 HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
@@ -298,13 +314,13 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, st
         q_mask = d_ok[None, :]
     q = tl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
     do = tl.load(do_base + rows[:, None] * stride_dn + offs_d[None, :], mask=q_mask, other=0.0)
+    # the block's offset as one scalar, the rest loop-invariant (one add per load, not per pointer)
+    stats_ptr = (stats_base + 2 * start_m) + (offs_m0[:, None] * 2 + tl.arange(0, 2)[None, :])
     if MASKED:
-        lse = tl.load(lse_base + rows, mask=rows < seqlen_q, other=float("inf"))
-        delta = tl.load(delta_base + rows, mask=rows < seqlen_q, other=0.0)
+        lse, delta = tl.split(tl.load(stats_ptr, mask=(rows < seqlen_q)[:, None], other=0.0))
+        lse = tl.where(rows < seqlen_q, lse, float("inf"))
     else:
-        lse = tl.load(lse_base + rows)
-        delta = tl.load(delta_base + rows)
-    lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+        lse, delta = tl.split(tl.load(stats_ptr))
     qkT = tl.dot(k, tl.trans(q))
     qkT = _score_mask(qkT, rows[None, :], offs_n[:, None], seqlen_k, diag, kpm_ptr,
                       IS_CAUSAL, MASKED, HAS_KPM)
@@ -328,7 +344,7 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, st
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, COL_SPLIT,
+def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, COL_SPLIT,
                      ROW_IDX, stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                      stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                      stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
@@ -386,8 +402,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
         bh = b * (n_heads_kv * group_size) + h
         q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
         do_base = DO + b * stride_db + q_start * stride_dn + h * stride_dh
-        lse_base = LSE + b * stride_lb + h * stride_lh + q_start
-        delta_base = DELTA + b * stride_lb + h * stride_lh + q_start
+        stats_base = STATS + 2 * (b * stride_lb + h * stride_lh + q_start)
         dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
             for masked in tl.static_range(2):  # blocks needing no mask, then those needing one
@@ -396,7 +411,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                 for t in range(t_lo, t_hi):
                     start_m, blk = _listed_tile(ROW_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_M)
                     dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn,
+                        dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
                         seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
                         IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
@@ -406,7 +421,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, KPM, CU_Q, CU_K, COL_P
                 m_hi = mid if part == 0 else (tail if part == 1 else seqlen_q)
                 for start_m in range(m_lo, m_hi, BLOCK_M):
                     dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qn,
+                        dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
                         seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
                         IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
@@ -444,7 +459,7 @@ def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
+def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                    stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                    stride_ob, stride_on, stride_oh,
@@ -475,11 +490,12 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                  + offs_d[None, :], mask=q_mask, other=0.0)
     lse = tl.load(LSE + b * stride_lb + h * stride_lh + q_start + offs_m, mask=row_ok,
                   other=float("inf"))
-    lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
     o = tl.load(O + b * stride_ob + h * stride_oh + (q_start + offs_m[:, None]) * stride_on
                 + offs_d[None, :], mask=q_mask, other=0.0)
     delta = _row_delta(o, do)
-    tl.store(DELTA + b * stride_lb + h * stride_lh + q_start + offs_m, delta, mask=row_ok)
+    _store_row_stats(STATS + 2 * (b * stride_lb + h * stride_lh + q_start), offs_m, lse, delta,
+                     row_ok)
+    lse = _log2_lse(lse)
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
     kpm_ptr = KPM  # batch b's row of the key-padding mask (None without one)
@@ -663,7 +679,7 @@ def _gradient_buffers(q, k, v, prob, atomic):
 
 
 def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic=None):
-    """[dq, dk, dv], or [dqkv] for a packed call: a dQ pass (which also writes delta) then a dK/dV
+    """[dq, dk, dv], or [dqkv] for a packed call: a dQ pass (which also writes the row stats) then a dK/dV
     pass; or, where `tuning.atomic_dq` finds it faster and `deterministic` is False, one pass
     whose dK/dV kernel also adds each block's dQ share to a float32 dQ with atomics
     (order-dependent rounding). atomic: force one of the two (sweeps)."""
@@ -674,7 +690,9 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
     (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(
         q, k, v, prob, atomic)
-    delta = torch.empty_like(lse)
+    # each row's (log2 lse, delta), at twice the row's offset in lse (hence lse contiguous)
+    lse = lse.contiguous()
+    stats = torch.empty(*lse.shape, 2, dtype=torch.float32, device=lse.device)
     lse_strides = prob.lse_strides(lse)
     flags = prob.flags()
     sp = prob.sparse
@@ -682,12 +700,12 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     common = (*_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
               *_strides(do, prob.varlen))
     if atomic:
-        traceable(_bwd_delta_kernel, o)[(_cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
-            o, do, delta, prob.cu_q, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
+        traceable(_bwd_row_stats_kernel, o)[(_cdiv(prob.seqlen_q, 64), prob.batch * prob.heads)](
+            o, do, lse, stats, prob.cu_q, *_strides(o, prob.varlen), *_strides(do, prob.varlen),
             *lse_strides, prob.seqlen_q, prob.heads, HEAD_DIM=prob.head_dim, BLOCK_D=prob.block_d,
             BLOCK_M=64, VARLEN=prob.varlen)
-    else:  # the dQ pass writes delta, which the dK/dV pass reads
-        dq_args = (*inputs, o, do, lse, delta, dq, prob.kpm, prob.cu_q, prob.cu_k,
+    else:  # the dQ pass writes the row stats, which the dK/dV pass reads
+        dq_args = (*inputs, o, do, lse, stats, dq, prob.kpm, prob.cu_q, prob.cu_k,
                    *prob.lists(rows=True), *common,
                    *_strides(o, prob.varlen), *dq_strides, prob.slot_stride, *lse_strides,
                    prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group,
@@ -695,7 +713,7 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
         _launch(_bwd_dq_kernel, (_cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]),
                                  prob.batch * prob.heads),
                 dq_args, dq_cfg, REVERSE=prob.causal and sp is None, **flags)
-    dkdv_args = (*inputs, do, lse, delta, dk, dv, dq, prob.kpm, prob.cu_q, prob.cu_k,
+    dkdv_args = (*inputs, do, stats, dk, dv, dq, prob.kpm, prob.cu_q, prob.cu_k,
                  *prob.lists(rows=False), *common,
                  *dk_strides, *dv_strides, *dq_strides, prob.slot_stride, *lse_strides,
                  prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group,

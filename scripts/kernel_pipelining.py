@@ -26,7 +26,7 @@ from kernels import tuning
 
 # dtypes of the pointer arguments by name; other upper-case arguments are int32 index arrays
 POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "DO": "*bf16", "DK": "*bf16",
-            "DV": "*bf16", "DQ": "*bf16", "LSE": "*fp32", "DELTA": "*fp32", "KPM": "*u8",
+            "DV": "*bf16", "DQ": "*bf16", "LSE": "*fp32", "STATS": "*fp32", "KPM": "*u8",
             "SEED": "*i64"}
 FLOATS = {"qk_scale", "sm_scale", "dropout_p"}
 LAYOUT_BLOCK = 128
