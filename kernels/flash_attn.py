@@ -679,14 +679,13 @@ def _gradient_buffers(q, k, v, prob, atomic):
 
 
 def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic=None):
-    """[dq, dk, dv], or [dqkv] for a packed call: a dQ pass (which also writes the row stats) then a dK/dV
-    pass; or, where `tuning.atomic_dq` finds it faster and `deterministic` is False, one pass
-    whose dK/dV kernel also adds each block's dQ share to a float32 dQ with atomics
+    """[dq, dk, dv], or [dqkv] for a packed call: a dQ pass (which also writes the row stats) then
+    a dK/dV pass; or, where `tuning.atomic_dq` finds it faster and `deterministic` is False, one
+    pass whose dK/dV kernel also adds each block's dQ share to a float32 dQ with atomics
     (order-dependent rounding). atomic: force one of the two (sweeps)."""
     if atomic is None:
         atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
-    configs = configs or tuning.backward_configs(prob.block_d, prob.causal, atomic,
-                                                 prob.sparse is not None)
+    configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
     (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(
         q, k, v, prob, atomic)

@@ -16,15 +16,13 @@ _FORWARD_CAUSAL = {**_FORWARD, 128: (128, 64, 8, 3)}
 # on the diagonal (round 16)
 SHORT_SEQLEN = 2048
 _FORWARD_CAUSAL_SHORT = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
-_DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 2)}
-_DKDV_CAUSAL = {**_DKDV, 128: (64, 128, 8, 3)}
-# the dK/dV kernel that also adds dQ with atomics (deterministic=False with dropout)
-_DKDV_ATOMIC = {**_DKDV, 128: (64, 128, 8, 3)}
+# dK/dV, causal or not, dense or block-sparse, with or without dQ atomics (re-swept at d = 128 after
+# round 22 made its loop leaner: 3 stages, not 2, without a causal mask)
+_DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)}
 _DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 4)}
 # what block-sparse calls change (few tiles per row; tiles fit in the layout blocks): H100 sweeps
 # over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13)
 _FORWARD_SPARSE = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
-_DKDV_SPARSE = {128: (64, 128, 8, 3)}
 _DQ_SPARSE = {64: (64, 64, 4, 3)}
 
 
@@ -60,14 +58,11 @@ def atomic_dq(dropout_p):
     return dropout_p > 0
 
 
-def backward_configs(block_d, causal, atomic=False, sparse=False):
+def backward_configs(block_d, atomic=False, sparse=False):
     """Launch parameters of the dK/dV kernel (atomic: the one that also adds dQ) and of the dQ
     kernel (sparse: of a block-sparse call)."""
     if interpreting():
         return _interpreter_config(), _interpreter_config()
     if atomic:
-        return _config(_DKDV_ATOMIC, block_d), None
-    dkdv, dq = (_DKDV_CAUSAL if causal else _DKDV), _DQ
-    if sparse:
-        dkdv, dq = {**dkdv, **_DKDV_SPARSE}, {**dq, **_DQ_SPARSE}
-    return _config(dkdv, block_d), _config(dq, block_d)
+        return _config(_DKDV, block_d), None
+    return _config(_DKDV, block_d), _config({**_DQ, **_DQ_SPARSE} if sparse else _DQ, block_d)

@@ -97,7 +97,7 @@ def kernel_cases(head_dim, same_tiles=False):
     for sparse in (False, True):
         constants = dict(base, SPARSE=sparse, LAYOUT_BLOCK=LAYOUT_BLOCK if sparse else 1)
         tiles = sparse or same_tiles
-        dkdv, dq = tuning.backward_configs(block_d, False, sparse=tiles)
+        dkdv, dq = tuning.backward_configs(block_d, sparse=tiles)
         forward = tuning.forward_config(block_d, False, sparse=tiles)
         kind = "block-sparse" if sparse else "dense"
         for name, kernel, config in (("forward", fa._fwd_kernel, forward),
