@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gc
+import os
 import platform
 import statistics
 import subprocess
@@ -169,7 +170,11 @@ def relative_error(out, ref, row_mask=None):
 
 
 def _git_commit():
-    """Short commit of the checkout, with "-dirty" when tracked files differ from it."""
+    """Short commit of the checkout, with "-dirty" when tracked files differ from it; or
+    FA_TRAIN_GIT_COMMIT where set, for trees whose git metadata is missing or not their code's
+    (exported or copied trees)."""
+    if os.environ.get("FA_TRAIN_GIT_COMMIT"):
+        return os.environ["FA_TRAIN_GIT_COMMIT"]
     here = Path(__file__).resolve().parent
 
     def git(*args):

@@ -212,4 +212,7 @@ def test_result_files_name_the_commit_and_whether_the_tree_differs(monkeypatch, 
         out = "abc1234" if "rev-parse" in cmd else status
         return subprocess.CompletedProcess(cmd, 0, stdout=out + "\n")
     monkeypatch.setattr(common.subprocess, "run", fake_git)
+    monkeypatch.delenv("FA_TRAIN_GIT_COMMIT", raising=False)
     assert common._git_commit() == expected
+    monkeypatch.setenv("FA_TRAIN_GIT_COMMIT", "def5678")
+    assert common._git_commit() == "def5678"
