@@ -200,7 +200,7 @@ def bare_model():
              "GPU busy ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     sources = []
-    for name in ("gpt2_small_packed_qkv", "gpt2_small_packed_qkv_reversed",
+    for name in ("gpt2_small_row_stats", "gpt2_small_packed_qkv", "gpt2_small_packed_qkv_reversed",
                  "gpt2_small_packed_qkv_profile", "gpt2_small_short_fwd_tiles",
                  "gpt2_small_trainer_after_fix", "gpt2_small_fused_loss", "gpt2_small_torch_loss",
                  "gpt2_small_eager",
