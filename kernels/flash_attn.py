@@ -275,10 +275,10 @@ def _store_row_stats(STATS, offs_m, lse, delta, row_ok):
 
 @triton.jit
 def _bwd_row_stats_kernel(O, DO, LSE, STATS, CU_Q,
-                      stride_ob, stride_on, stride_oh, stride_db, stride_dn, stride_dh,
-                      stride_lb, stride_lh, seqlen_q, n_heads,
-                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                      VARLEN: tl.constexpr):
+                          stride_ob, stride_on, stride_oh, stride_db, stride_dn, stride_dh,
+                          stride_lb, stride_lh, seqlen_q, n_heads,
+                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                          VARLEN: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // n_heads
