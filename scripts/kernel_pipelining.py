@@ -53,8 +53,9 @@ def _signature(kernel, constants):
     return signature, {(i,): [["tt.divisibility", 16]] for i in aligned}
 
 
-def compile_ttgir(kernel, config, constants, arch):
-    """Triton GPU IR of `kernel` with launch `config` and constexpr `constants`."""
+def compile_kernel(kernel, config, constants, arch):
+    """`kernel` compiled for `arch` with launch `config` and constexpr `constants` (its `asm`
+    holds every stage: ttgir, ptx, cubin)."""
     constants = dict(constants, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
     signature, attrs = _signature(kernel, constants)
@@ -62,7 +63,7 @@ def compile_ttgir(kernel, config, constants, arch):
     source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
                        constexprs={(index[k],): v for k, v in constants.items()})
     options = {"num_warps": config["num_warps"], "num_stages": config["num_stages"]}
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options).asm["ttgir"]
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def loop_waits(ttgir):
@@ -113,7 +114,7 @@ def report(arch=90, head_dim=64, same_tiles=False):
     """{kernel: [in-flight copies at each matmul loop's wait]}."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise RuntimeError("unset TRITON_INTERPRET: the interpreter replaces Triton's compiler")
-    return {name: loop_waits(compile_ttgir(kernel, config, constants, arch))
+    return {name: loop_waits(compile_kernel(kernel, config, constants, arch).asm["ttgir"])
             for name, kernel, config, constants in kernel_cases(head_dim, same_tiles)}
 
 
