@@ -118,13 +118,19 @@ def report(arch=90, head_dim=64, same_tiles=False):
             for name, kernel, config, constants in kernel_cases(head_dim, same_tiles)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def target_parser(description):
+    """Arguments shared by the offline compilation scripts: --arch, --head-dim, --json."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100")
     ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return ap
+
+
+def main():
+    ap = target_parser(__doc__.splitlines()[0])
     ap.add_argument("--same-tiles", action="store_true",
                     help="dense kernels with the block-sparse tiles as well")
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
     result = report(args.arch, args.head_dim, args.same_tiles)
     if args.json:

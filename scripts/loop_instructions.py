@@ -9,7 +9,6 @@ kernels/NOTES.md round 22 used these counts to find the per-row work the dK/dV l
 Usage: python scripts/loop_instructions.py [--arch 90] [--head-dim 64] [--causal] [--json]
 Needs TRITON_INTERPRET unset (the interpreter replaces the compiler).
 """
-import argparse
 import collections
 import json
 import os
@@ -22,7 +21,7 @@ import tempfile
 import triton
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from kernel_pipelining import compile_kernel  # noqa: E402
+from kernel_pipelining import compile_kernel, target_parser  # noqa: E402
 
 from kernels import flash_attn as fa  # noqa: E402
 from kernels import tuning  # noqa: E402
@@ -96,11 +95,8 @@ def report(arch=90, head_dim=64, causal=False):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100")
-    ap.add_argument("--head-dim", type=int, default=64)
+    ap = target_parser(__doc__.splitlines()[0])
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
     result = report(args.arch, args.head_dim, args.causal)
     if args.json:
