@@ -267,6 +267,13 @@ def _log2_lse(lse):
 
 
 @triton.jit
+def _row_stats_base(STATS, b, h, q_start, stride_lb, stride_lh):
+    """Where head h of sequence b starts in the row stats: twice its offset in the (contiguous)
+    lse, one (log2 lse, delta) pair per row."""
+    return STATS + 2 * (b * stride_lb + h * stride_lh + q_start)
+
+
+@triton.jit
 def _store_row_stats(STATS, offs_m, lse, delta, row_ok):
     """Store each row's (log2 lse, delta) pair, which the dK/dV pass reads with one load."""
     pairs = tl.join(_log2_lse(lse), delta)
@@ -294,7 +301,7 @@ def _bwd_row_stats_kernel(O, DO, LSE, STATS, CU_Q,
                  mask=mask, other=0.0)
     row_ok = offs_m < seqlen_q
     lse = tl.load(LSE + b * stride_lb + h * stride_lh + q_start + offs_m, mask=row_ok)
-    _store_row_stats(STATS + 2 * (b * stride_lb + h * stride_lh + q_start), offs_m, lse,
+    _store_row_stats(_row_stats_base(STATS, b, h, q_start, stride_lb, stride_lh), offs_m, lse,
                      _row_delta(o, do), row_ok)
 
 
@@ -402,7 +409,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
         bh = b * (n_heads_kv * group_size) + h
         q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
         do_base = DO + b * stride_db + q_start * stride_dn + h * stride_dh
-        stats_base = STATS + 2 * (b * stride_lb + h * stride_lh + q_start)
+        stats_base = _row_stats_base(STATS, b, h, q_start, stride_lb, stride_lh)
         dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
             for masked in tl.static_range(2):  # blocks needing no mask, then those needing one
@@ -493,8 +500,8 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
     o = tl.load(O + b * stride_ob + h * stride_oh + (q_start + offs_m[:, None]) * stride_on
                 + offs_d[None, :], mask=q_mask, other=0.0)
     delta = _row_delta(o, do)
-    _store_row_stats(STATS + 2 * (b * stride_lb + h * stride_lh + q_start), offs_m, lse, delta,
-                     row_ok)
+    _store_row_stats(_row_stats_base(STATS, b, h, q_start, stride_lb, stride_lh), offs_m, lse,
+                     delta, row_ok)
     lse = _log2_lse(lse)
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh

@@ -56,6 +56,8 @@ def _signature(kernel, constants):
 def compile_kernel(kernel, config, constants, arch):
     """`kernel` compiled for `arch` with launch `config` and constexpr `constants` (its `asm`
     holds every stage: ttgir, ptx, cubin)."""
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        raise RuntimeError("unset TRITON_INTERPRET: the interpreter replaces Triton's compiler")
     constants = dict(constants, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
     signature, attrs = _signature(kernel, constants)
@@ -89,17 +91,18 @@ def loop_waits(ttgir):
     return waits
 
 
-def kernel_cases(head_dim, same_tiles=False):
+def kernel_cases(head_dim, same_tiles=False, causal=False):
     """(name, kernel, launch config, constants) of each kernel, dense and block-sparse (with
     same_tiles, both with the block-sparse tiles)."""
     block_d = fa.block_d_for(head_dim)
-    base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=False, HAS_KPM=False,
-                VARLEN=False, DROPOUT=False, REVERSE=False, ATOMIC_DQ=False, PACKED=False)
+    base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, HAS_KPM=False,
+                VARLEN=False, DROPOUT=False, ATOMIC_DQ=False, PACKED=False)
     for sparse in (False, True):
-        constants = dict(base, SPARSE=sparse, LAYOUT_BLOCK=LAYOUT_BLOCK if sparse else 1)
+        constants = dict(base, SPARSE=sparse, LAYOUT_BLOCK=LAYOUT_BLOCK if sparse else 1,
+                         REVERSE=causal and not sparse)
         tiles = sparse or same_tiles
         dkdv, dq = tuning.backward_configs(block_d, sparse=tiles)
-        forward = tuning.forward_config(block_d, False, sparse=tiles)
+        forward = tuning.forward_config(block_d, causal, sparse=tiles)
         kind = "block-sparse" if sparse else "dense"
         for name, kernel, config in (("forward", fa._fwd_kernel, forward),
                                      ("dK/dV", fa._bwd_dkdv_kernel, dkdv),
@@ -112,8 +115,6 @@ def kernel_cases(head_dim, same_tiles=False):
 
 def report(arch=90, head_dim=64, same_tiles=False):
     """{kernel: [in-flight copies at each matmul loop's wait]}."""
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        raise RuntimeError("unset TRITON_INTERPRET: the interpreter replaces Triton's compiler")
     return {name: loop_waits(compile_kernel(kernel, config, constants, arch).asm["ttgir"])
             for name, kernel, config, constants in kernel_cases(head_dim, same_tiles)}
 

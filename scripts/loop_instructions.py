@@ -1,4 +1,4 @@
-"""Machine instructions per iteration of each attention kernel loop, compiled for a GPU on any machine.
+"""Machine instructions per iteration of each attention kernel loop, compiled on any machine.
 
 Compiles the dense forward, dK/dV and dQ kernels with the tiles of kernels/tuning.py for a target
 architecture (ptxas and cuobjdump ship with Triton), disassembles them and, for every innermost
@@ -21,10 +21,7 @@ import tempfile
 import triton
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from kernel_pipelining import compile_kernel, target_parser  # noqa: E402
-
-from kernels import flash_attn as fa  # noqa: E402
-from kernels import tuning  # noqa: E402
+from kernel_pipelining import compile_kernel, kernel_cases, target_parser  # noqa: E402
 
 TOOLS = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
@@ -74,16 +71,11 @@ def resources(cubin_path):
 
 def report(arch=90, head_dim=64, causal=False):
     """{kernel: {"registers", "stack_bytes", "loops"}} for the dense kernels."""
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        raise RuntimeError("unset TRITON_INTERPRET: the interpreter replaces Triton's compiler")
-    block_d = fa.block_d_for(head_dim)
-    constants = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, HAS_KPM=False,
-                     VARLEN=False, DROPOUT=False, REVERSE=causal, ATOMIC_DQ=False, PACKED=False,
-                     SPARSE=False, LAYOUT_BLOCK=1)
-    dkdv, dq = tuning.backward_configs(block_d)
     result = {}
-    for name, kernel, config in (("forward", fa._fwd_kernel, tuning.forward_config(block_d, causal)),
-                                 ("dK/dV", fa._bwd_dkdv_kernel, dkdv), ("dQ", fa._bwd_dq_kernel, dq)):
+    for case, kernel, config, constants in kernel_cases(head_dim, causal=causal):
+        if not case.startswith("dense "):
+            continue
+        name = case.removeprefix("dense ")
         compiled = compile_kernel(kernel, config, constants, arch)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "kernel.cubin")
