@@ -39,19 +39,32 @@ def _dropout_args(SEED, dropout_p, DROPOUT: tl.constexpr):
 
 
 @triton.jit
-def _dropout_keep(seed, bh, rows, start_n, seqlen_k, dropout_p, BLOCK_N: tl.constexpr):
-    """Keep-mask (rows x BLOCK_N keys from start_n) of head `bh`: Philox, regenerated, never stored.
+def _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSED: tl.constexpr = False):
+    """Keep-mask (BLOCK_M queries from start_m x BLOCK_N keys from start_n) of head `bh`: Philox,
+    regenerated, never stored.
 
     One Philox4x32-7 call (the fewest rounds its authors found crush-resistant) gives four 32-bit
-    words, split into eight 16-bit uniforms for eight neighbouring keys; a key is dropped when its
-    uniform is below round(dropout_p * 2^16), so the drop probability is exact to 1/65536.
+    words, split into eight 16-bit uniforms; a pair is dropped when its uniform is below
+    round(dropout_p * 2^16), so the drop probability is exact to 1/65536. A call serves the eight
+    (query, key) pairs q + {0, 8} x k + {0, 1, 8, 9} (q % 16 < 8, k % 16 < 8, k even): the pairs
+    one thread holds of a tensor-core accumulator tile, so the uniforms need no exchange between
+    threads. Tiles start at multiples of 16.
     """
-    groups = start_n // 8 + tl.arange(0, BLOCK_N // 8)
-    counters = rows.to(tl.uint32)[:, None] * ((seqlen_k + 7) // 8).to(tl.uint32) + groups[None, :].to(tl.uint32)
+    # query = 16a + 8b + c, key = 16x + 8y + 2z + e; one call per (a, c, x, z), its word 2b + y
+    # and half e
+    calls_q = (start_m // 16 + tl.arange(0, BLOCK_M // 16))[:, None] * 8 + tl.arange(0, 8)[None, :]
+    calls_k = (start_n // 16 + tl.arange(0, BLOCK_N // 16))[:, None] * 4 + tl.arange(0, 4)[None, :]
+    width = ((seqlen_k + 15) // 16 * 4).to(tl.uint32)
+    counters = (calls_q.to(tl.uint32)[:, :, None, None] * width
+                + calls_k.to(tl.uint32)[None, None, :, :])
     r0, r1, r2, r3 = tl.randint4x(seed + bh, counters, 7)
-    words = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (rows.shape[0], BLOCK_N // 2))
-    words = words.to(tl.uint32, bitcast=True)
-    uniforms = tl.reshape(tl.join(words & 0xFFFF, words >> 16), (rows.shape[0], BLOCK_N))
+    words = tl.join(tl.join(r0, r1), tl.join(r2, r3)).to(tl.uint32, bitcast=True)  # (a c x z y b)
+    uniforms = tl.join(words & 0xFFFF, words >> 16)  # (a c x z y b e)
+    if TRANSPOSED:
+        uniforms = tl.reshape(tl.permute(uniforms, (2, 4, 3, 6, 0, 5, 1)), (BLOCK_N, BLOCK_M))
+    else:
+        uniforms = tl.reshape(tl.permute(uniforms, (0, 5, 1, 2, 4, 3, 6)), (BLOCK_M, BLOCK_N))
     threshold = tl.cast(dropout_p * 65536.0 + 0.5, tl.uint32)
     return uniforms >= threshold
 
@@ -136,7 +149,7 @@ def _listed_tile(LIST, blk, t, t_hi, LAYOUT_BLOCK: tl.constexpr, TILE: tl.conste
 # Forward
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
+def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, start_m,
                offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
                seed, bh, dropout_p,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
@@ -161,7 +174,8 @@ def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n,
     alpha = tl.math.exp2(m_i - m_new_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:
-        keep = _dropout_keep(seed, bh, offs_m, start_n, seqlen_k, dropout_p, offs_n.shape[0])
+        keep = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, offs_m.shape[0],
+                             offs_n.shape[0])
         p = tl.where(keep, p, 0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, l_i, m_new
@@ -221,21 +235,21 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
             for t in range(t_lo, t_hi):
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
                 acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                           start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                           IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT)
+                                           start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
+                                           qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
+                                           BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in range(0, full, BLOCK_N):
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
-                                       False, HAS_KPM, DROPOUT)
+                                       start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
+                                       qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
+                                       IS_CAUSAL, False, HAS_KPM, DROPOUT)
         for start_n in range(full, hi, BLOCK_N):
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
-                                       start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale,
-                                       kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D, IS_CAUSAL,
-                                       True, HAS_KPM, DROPOUT)
+                                       start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
+                                       qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
+                                       IS_CAUSAL, True, HAS_KPM, DROPOUT)
 
     empty = l_i == 0.0
     inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
@@ -335,8 +349,8 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, s
     dpT = tl.dot(v, tl.trans(do))
     if DROPOUT:
         scale = 1.0 / (1.0 - dropout_p)
-        keep = _dropout_keep(seed, bh, rows, start_n, seqlen_k, dropout_p, offs_n.shape[0])
-        keepT = tl.trans(keep.to(tl.int8)) != 0
+        keepT = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, offs_m0.shape[0],
+                              offs_n.shape[0], TRANSPOSED=True)
         dv += tl.dot(tl.where(keepT, pT * scale, 0.0).to(do.dtype), do)
         dpT = tl.where(keepT, dpT * scale, 0.0)
     else:
@@ -441,7 +455,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
 
 
 @triton.jit
-def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n, start_m,
               offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh, dropout_p,
               HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
               HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
@@ -458,7 +472,8 @@ def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start
     p = tl.math.exp2(qk * qk_scale - lse[:, None])
     dp = tl.dot(do, tl.trans(v))
     if DROPOUT:
-        keep = _dropout_keep(seed, bh, offs_m, start_n, seqlen_k, dropout_p, offs_n.shape[0])
+        keep = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, offs_m.shape[0],
+                             offs_n.shape[0])
         dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
     ds = p * (dp - delta[:, None])
     dq += tl.dot(ds.to(k.dtype), k)
@@ -516,19 +531,19 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
             for t in range(t_lo, t_hi):
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
                 dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
-                               start_n, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
-                               seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, masked == 1, HAS_KPM,
-                               DROPOUT)
+                               start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
+                               qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL,
+                               masked == 1, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in range(0, full, BLOCK_N):
             dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
-                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                           dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+                           start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
+                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
         for start_n in range(full, hi, BLOCK_N):
             dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
-                           offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh,
-                           dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                           start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
+                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
     dq = dq * sm_scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqn
              + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
@@ -541,7 +556,8 @@ def _dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, SEED,
     bh = tl.program_id(2)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    keep = _dropout_keep(seed, bh, rows, tl.program_id(1) * BLOCK_N, seqlen_k, dropout_p, BLOCK_N)
+    keep = _dropout_keep(seed, bh, tl.program_id(0) * BLOCK_M, tl.program_id(1) * BLOCK_N, seqlen_k,
+                         dropout_p, BLOCK_M, BLOCK_N)
     ptrs = MASK + bh * seqlen_q * seqlen_k + rows[:, None] * seqlen_k + cols[None, :]
     tl.store(ptrs, keep.to(tl.int8), mask=(rows[:, None] < seqlen_q) & (cols[None, :] < seqlen_k))
 

@@ -185,14 +185,16 @@ def test_dropout_is_reproducible_and_has_the_right_rate():
 
 
 def test_dropout_uniforms_are_independent_across_neighbouring_keys():
-    """Eight keys share one Philox call (16-bit halves of four words): neighbours within and
-    across calls, and rows, must still drop independently."""
+    """One Philox call serves queries q, q + 8 x keys k, k + 1, k + 8, k + 9 (16-bit halves of
+    four words): neighbours within and across calls, and heads, must still drop independently."""
     keep = dropout_mask(1, 4, 128, 1000, 0.25, seed=7, device="cpu").float()
     assert abs(keep.mean().item() - 0.75) < 0.01
-    for shift in (1, 2, 4, 8):  # the same word, the same call, the next call
+    for shift in (1, 2, 8, 16):  # keys: the same word, the next call, the same call, a later call
         both = (keep[..., shift:] * keep[..., :-shift]).mean().item()
         assert abs(both - 0.75 ** 2) < 0.01, shift
-    assert abs((keep[..., 1:, :] * keep[..., :-1, :]).mean().item() - 0.75 ** 2) < 0.01
+    for shift in (1, 8):  # queries: the next call, the same call
+        both = (keep[..., shift:, :] * keep[..., :-shift, :]).mean().item()
+        assert abs(both - 0.75 ** 2) < 0.01, shift
     assert abs((keep[:, 1:] * keep[:, :-1]).mean().item() - 0.75 ** 2) < 0.01  # heads
 
 
