@@ -342,23 +342,41 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, s
         lse = tl.where(rows < seqlen_q, lse, float("inf"))
     else:
         lse, delta = tl.split(tl.load(stats_ptr))
-    qkT = tl.dot(k, tl.trans(q))
-    qkT = _score_mask(qkT, rows[None, :], offs_n[:, None], seqlen_k, diag, kpm_ptr,
-                      IS_CAUSAL, MASKED, HAS_KPM)
-    pT = tl.math.exp2(qkT * qk_scale - lse[None, :])
-    dpT = tl.dot(v, tl.trans(do))
-    if DROPOUT:
+    if DROPOUT and offs_d.shape[0] <= 64:
+        # scores with queries as rows, the layout the dropout uniforms are drawn in; P and dS
+        # then reach the dV and dK products transposed, through shared memory (round 23; at
+        # d = 128 this tile spills)
+        qk = tl.dot(q, tl.trans(k))
+        qk = _score_mask(qk, rows[:, None], offs_n[None, :], seqlen_k, diag, kpm_ptr,
+                         IS_CAUSAL, MASKED, HAS_KPM)
+        p = tl.math.exp2(qk * qk_scale - lse[:, None])
+        dp = tl.dot(do, tl.trans(v))
+        keep = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, offs_m0.shape[0],
+                             offs_n.shape[0])
         scale = 1.0 / (1.0 - dropout_p)
-        keepT = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, offs_m0.shape[0],
-                              offs_n.shape[0], TRANSPOSED=True)
-        dv += tl.dot(tl.where(keepT, pT * scale, 0.0).to(do.dtype), do)
-        dpT = tl.where(keepT, dpT * scale, 0.0)
+        dv += tl.dot(tl.trans(tl.where(keep, p * scale, 0.0).to(do.dtype)), do)
+        dp = tl.where(keep, dp * scale, 0.0)
+        ds = (p * (dp - delta[:, None])).to(q.dtype)
+        dk += tl.dot(tl.trans(ds), q)
     else:
-        dv += tl.dot(pT.to(do.dtype), do)
-    dsT = (pT * (dpT - delta[None, :])).to(q.dtype)
-    dk += tl.dot(dsT, q)
+        qkT = tl.dot(k, tl.trans(q))
+        qkT = _score_mask(qkT, rows[None, :], offs_n[:, None], seqlen_k, diag, kpm_ptr,
+                          IS_CAUSAL, MASKED, HAS_KPM)
+        pT = tl.math.exp2(qkT * qk_scale - lse[None, :])
+        dpT = tl.dot(v, tl.trans(do))
+        if DROPOUT:
+            scale = 1.0 / (1.0 - dropout_p)
+            keepT = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p,
+                                  offs_m0.shape[0], offs_n.shape[0], TRANSPOSED=True)
+            dv += tl.dot(tl.where(keepT, pT * scale, 0.0).to(do.dtype), do)
+            dpT = tl.where(keepT, dpT * scale, 0.0)
+        else:
+            dv += tl.dot(pT.to(do.dtype), do)
+        dsT = (pT * (dpT - delta[None, :])).to(q.dtype)
+        dk += tl.dot(dsT, q)
+        ds = tl.trans(dsT)
     if ATOMIC_DQ:
-        dq = tl.dot(tl.trans(dsT), k) * sm_scale
+        dq = tl.dot(ds, k) * sm_scale
         tl.atomic_add(dq_base + rows[:, None] * stride_dqn + offs_d[None, :], dq, mask=q_mask,
                       sem="relaxed")
     return dk, dv
@@ -707,7 +725,7 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     pass whose dK/dV kernel also adds each block's dQ share to a float32 dQ with atomics
     (order-dependent rounding). atomic: force one of the two (sweeps)."""
     if atomic is None:
-        atomic = not deterministic and tuning.atomic_dq(prob.dropout_p)
+        atomic = not deterministic and tuning.atomic_dq(prob.dropout_p, prob.block_d)
     configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
     (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(

@@ -51,11 +51,12 @@ def forward_config(block_d, causal, sparse=False, seqlen_q=None):
     return _config({**table, **_FORWARD_SPARSE} if sparse else table, block_d)
 
 
-def atomic_dq(dropout_p):
+def atomic_dq(dropout_p, block_d):
     """Whether a backward allowed to be non-deterministic adds dQ with float32 atomics inside the
-    dK/dV pass instead of running a dQ pass. H100 sweeps (kernels/NOTES.md, round 11): 1.2-1.3x
-    faster with dropout (the mask is regenerated once, not twice), 0-20% slower without."""
-    return dropout_p > 0
+    dK/dV pass instead of running a dQ pass. H100 sweeps (kernels/NOTES.md, rounds 11 and 23):
+    with dropout at d <= 64 1.1-1.3x faster (the mask is regenerated once, not twice); without
+    dropout, or at d = 128 since the dQ pass draws its mask without exchanges, slower."""
+    return dropout_p > 0 and block_d <= 64
 
 
 def backward_configs(block_d, atomic=False, sparse=False):

@@ -48,8 +48,9 @@ def assert_close_to_reference(out, grads, ref_out, ref_grads, tol):
 
 
 def backward_path(monkeypatch, deterministic):
-    """Make deterministic=False take the atomic-dQ backward whatever the dropout (by default only
-    dropout does), so that a test covers both backward paths; returns the flag to pass."""
+    """Make deterministic=False take the atomic-dQ backward whatever the dropout and head dim (by
+    default only calls with dropout at d <= 64 do), so that a test covers both backward paths;
+    returns the flag to pass."""
     if not deterministic:
-        monkeypatch.setattr(tuning, "atomic_dq", lambda dropout_p: True)
+        monkeypatch.setattr(tuning, "atomic_dq", lambda dropout_p, block_d: True)
     return deterministic

@@ -34,3 +34,9 @@ def test_tile_width_and_grid_arithmetic():
     from kernels.flash_attn import _cdiv, block_d_for
     assert [block_d_for(d) for d in (1, 16, 17, 33, 64, 65, 128)] == [16, 16, 32, 64, 64, 128, 128]
     assert [_cdiv(n, 64) for n in (1, 63, 64, 65, 1000)] == [1, 1, 1, 2, 16]
+
+
+def test_dq_atomics_only_with_dropout_at_small_head_dims():
+    assert tuning.atomic_dq(0.1, 64) and tuning.atomic_dq(0.1, 16)
+    assert not tuning.atomic_dq(0.0, 64)
+    assert not tuning.atomic_dq(0.1, 128)
