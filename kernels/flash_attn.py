@@ -325,8 +325,9 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, s
                 sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
                 HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                 HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr):
-    """Contribution of one query block to dK and dV of the current key block (transposed tiles);
-    with ATOMIC_DQ also its dQ share, added to a float32 dQ in memory."""
+    """Contribution of one query block to dK and dV of the current key block (transposed tiles,
+    keys as rows; with dropout at d <= 64 queries as rows); with ATOMIC_DQ also its dQ share, added
+    to a float32 dQ in memory."""
     rows = start_m + offs_m0
     d_ok = offs_d < HEAD_DIM
     if MASKED:
