@@ -4,9 +4,12 @@ Compiles the dense forward, dK/dV and dQ kernels with the tiles of kernels/tunin
 architecture (ptxas and cuobjdump ship with Triton), disassembles them and, for every innermost
 loop that multiplies tiles (HGMMA on Hopper), counts its instructions by opcode: what one
 iteration issues besides the matmuls. Also reports registers and stack (spill) bytes per thread.
-kernels/NOTES.md round 22 used these counts to find the per-row work the dK/dV loop repeated.
+kernels/NOTES.md round 22 used these counts to find the per-row work the dK/dV loop repeated,
+round 23 the dropout uniforms exchanged between threads (--dropout: the kernels with dropout, dQ
+by a pass of its own).
 
-Usage: python scripts/loop_instructions.py [--arch 90] [--head-dim 64] [--causal] [--json]
+Usage: python scripts/loop_instructions.py [--arch 90] [--head-dim 64] [--causal] [--dropout]
+       [--json]
 Needs TRITON_INTERPRET unset (the interpreter replaces the compiler).
 """
 import collections
@@ -69,13 +72,14 @@ def resources(cubin_path):
     return int(m.group(1)), int(m.group(2))
 
 
-def report(arch=90, head_dim=64, causal=False):
+def report(arch=90, head_dim=64, causal=False, dropout=False):
     """{kernel: {"registers", "stack_bytes", "loops"}} for the dense kernels."""
     result = {}
     for case, kernel, config, constants in kernel_cases(head_dim, causal=causal):
         if not case.startswith("dense "):
             continue
         name = case.removeprefix("dense ")
+        constants = dict(constants, DROPOUT=dropout)
         compiled = compile_kernel(kernel, config, constants, arch)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "kernel.cubin")
@@ -89,12 +93,14 @@ def report(arch=90, head_dim=64, causal=False):
 def main():
     ap = target_parser(__doc__.splitlines()[0])
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dropout", action="store_true")
     args = ap.parse_args()
-    result = report(args.arch, args.head_dim, args.causal)
+    result = report(args.arch, args.head_dim, args.causal, args.dropout)
     if args.json:
         print(json.dumps(result))
         return
-    print(f"sm_{args.arch}, head dim {args.head_dim}{', causal' if args.causal else ''}: "
+    flags = (", causal" if args.causal else "") + (", dropout" if args.dropout else "")
+    print(f"sm_{args.arch}, head dim {args.head_dim}{flags}: "
           "instructions per iteration of each matmul loop")
     for name, r in result.items():
         print(f"{name}: {r['registers']} registers, {r['stack_bytes']} bytes of stack")

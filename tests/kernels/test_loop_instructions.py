@@ -35,17 +35,21 @@ def test_parser_counts_innermost_matmul_loops_only():
                                         "BRA": 1}}]
 
 
+def _loop_report(*flags):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "loop_instructions.py"),
+                           "--head-dim", "64", "--json", *flags],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
 def test_dkdv_loop_does_no_per_row_work_and_no_spills():
     """The unmasked dK/dV loop at d = 64 issued 13.2 non-matmul instructions per score element
     while it reloaded and re-derived each row's lse and delta (kernels/NOTES.md round 22); 9.2
     since the dQ pass stores them as pairs."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "loop_instructions.py"),
-                           "--head-dim", "64", "--json"],
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = _loop_report()
     loops = result["dK/dV"]["loops"]
     assert len(loops) == 3, loops  # causal head, unmasked middle, masked tail
     for loop in loops:
@@ -57,3 +61,13 @@ def test_dkdv_loop_does_no_per_row_work_and_no_spills():
     for kernel in result.values():
         for loop in kernel["loops"]:
             assert not {"LDL", "STL"} & set(loop["opcodes"]), loop  # no spills inside the loops
+
+
+def test_dropout_uniforms_are_not_exchanged_between_threads():
+    """Each thread draws the dropout uniforms of the scores it holds (kernels/NOTES.md round 23):
+    no loop at d = 64 moves 16-bit uniforms or 8-bit mask values through shared memory, as the
+    forward, dQ and dK/dV loops did before."""
+    for name, kernel in _loop_report("--dropout").items():
+        for loop in kernel["loops"]:
+            exchanged = {"STS.U16", "LDS.U16", "STS.U8", "LDS.U8"} & set(loop["opcodes"])
+            assert not exchanged, (name, loop)
