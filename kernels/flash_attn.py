@@ -573,10 +573,11 @@ def _dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, SEED,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     seed = tl.load(SEED)
     bh = tl.program_id(2)
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    keep = _dropout_keep(seed, bh, tl.program_id(0) * BLOCK_M, tl.program_id(1) * BLOCK_N, seqlen_k,
-                         dropout_p, BLOCK_M, BLOCK_N)
+    start_m = tl.program_id(0) * BLOCK_M
+    start_n = tl.program_id(1) * BLOCK_N
+    rows = start_m + tl.arange(0, BLOCK_M)
+    cols = start_n + tl.arange(0, BLOCK_N)
+    keep = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, BLOCK_M, BLOCK_N)
     ptrs = MASK + bh * seqlen_q * seqlen_k + rows[:, None] * seqlen_k + cols[None, :]
     tl.store(ptrs, keep.to(tl.int8), mask=(rows[:, None] < seqlen_q) & (cols[None, :] < seqlen_k))
 

@@ -91,12 +91,12 @@ def loop_waits(ttgir):
     return waits
 
 
-def kernel_cases(head_dim, same_tiles=False, causal=False):
+def kernel_cases(head_dim, same_tiles=False, causal=False, dropout=False):
     """(name, kernel, launch config, constants) of each kernel, dense and block-sparse (with
     same_tiles, both with the block-sparse tiles)."""
     block_d = fa.block_d_for(head_dim)
     base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, HAS_KPM=False,
-                VARLEN=False, DROPOUT=False, ATOMIC_DQ=False, PACKED=False)
+                VARLEN=False, DROPOUT=dropout, ATOMIC_DQ=False, PACKED=False)
     for sparse in (False, True):
         constants = dict(base, SPARSE=sparse, LAYOUT_BLOCK=LAYOUT_BLOCK if sparse else 1,
                          REVERSE=causal and not sparse)

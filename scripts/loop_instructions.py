@@ -75,11 +75,10 @@ def resources(cubin_path):
 def report(arch=90, head_dim=64, causal=False, dropout=False):
     """{kernel: {"registers", "stack_bytes", "loops"}} for the dense kernels."""
     result = {}
-    for case, kernel, config, constants in kernel_cases(head_dim, causal=causal):
+    for case, kernel, config, constants in kernel_cases(head_dim, causal=causal, dropout=dropout):
         if not case.startswith("dense "):
             continue
         name = case.removeprefix("dense ")
-        constants = dict(constants, DROPOUT=dropout)
         compiled = compile_kernel(kernel, config, constants, arch)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "kernel.cubin")
