@@ -153,15 +153,20 @@ def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, 
                offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
                seed, bh, dropout_p,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               MASKED: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
+               MASKED: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+               TMA: tl.constexpr = False):
     """One key block of the online softmax: update the running max, sum and output."""
     cols = start_n + offs_n
-    d_ok = offs_d < HEAD_DIM
-    kv_mask = d_ok[None, :]
-    if MASKED:
-        kv_mask = kv_mask & (cols[:, None] < seqlen_k)
-    k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    if TMA:
+        k = k_base.load([start_n, 0])
+        v = v_base.load([start_n, 0])
+    else:
+        d_ok = offs_d < HEAD_DIM
+        kv_mask = d_ok[None, :]
+        if MASKED:
+            kv_mask = kv_mask & (cols[:, None] < seqlen_k)
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
     qk = tl.dot(q, tl.trans(k))
     qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
                      IS_CAUSAL, MASKED, HAS_KPM)
@@ -201,7 +206,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr):
+                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr = False):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -240,16 +245,22 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                                            BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        k_src, v_src = k_base, v_base
+        if TMA:
+            k_src = tl.make_tensor_descriptor(k_base, [seqlen_k, HEAD_DIM], [stride_kn, 1],
+                                              [BLOCK_N, BLOCK_D])
+            v_src = tl.make_tensor_descriptor(v_base, [seqlen_k, HEAD_DIM], [stride_vn, 1],
+                                              [BLOCK_N, BLOCK_D])
         for start_n in range(0, full, BLOCK_N):
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                        start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                        qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, False, HAS_KPM, DROPOUT)
+                                       IS_CAUSAL, False, HAS_KPM, DROPOUT, TMA)
         for start_n in range(full, hi, BLOCK_N):
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                        start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                        qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                                       IS_CAUSAL, True, HAS_KPM, DROPOUT, TMA)
 
     empty = l_i == 0.0
     inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
@@ -510,7 +521,7 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr):
+                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr = False):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
