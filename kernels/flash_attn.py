@@ -145,28 +145,48 @@ def _listed_tile(LIST, blk, t, t_hi, LAYOUT_BLOCK: tl.constexpr, TILE: tl.conste
     return blk * LAYOUT_BLOCK + t % SUB * TILE, nxt
 
 
+@triton.jit
+def _row_source(base, stride, n_rows, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+    """What a loop reads blocks of one head's rows from: `base` itself, or with TMA a tensor
+    descriptor over its n_rows x HEAD_DIM elements (loads through the copy engine, zeros outside)."""
+    src = base
+    if TMA:
+        src = tl.make_tensor_descriptor(base, [n_rows, HEAD_DIM], [stride, 1],
+                                        [BLOCK_ROWS, BLOCK_D])
+    return src
+
+
+@triton.jit
+def _load_rows(src, start, offs, offs_d, stride, n_rows, HEAD_DIM: tl.constexpr,
+               MASKED: tl.constexpr, TMA: tl.constexpr):
+    """Rows [start, start + len(offs)) of a `_row_source`, zeros past n_rows (checked only when
+    MASKED) and past HEAD_DIM."""
+    if TMA:
+        x = src.load([start, 0])
+    else:
+        rows = start + offs
+        mask = (offs_d < HEAD_DIM)[None, :]
+        if MASKED:
+            mask = mask & (rows[:, None] < n_rows)
+        x = tl.load(src + rows[:, None] * stride + offs_d[None, :], mask=mask, other=0.0)
+    return x
+
+
 # --------------------------------------------------------------------------------------------
 # Forward
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, start_m,
+def _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, start_n, start_m,
                offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
                seed, bh, dropout_p,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                MASKED: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
-               TMA: tl.constexpr = False):
+               TMA: tl.constexpr):
     """One key block of the online softmax: update the running max, sum and output."""
     cols = start_n + offs_n
-    if TMA:
-        k = k_base.load([start_n, 0])
-        v = v_base.load([start_n, 0])
-    else:
-        d_ok = offs_d < HEAD_DIM
-        kv_mask = d_ok[None, :]
-        if MASKED:
-            kv_mask = kv_mask & (cols[:, None] < seqlen_k)
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = _load_rows(k_src, start_n, offs_n, offs_d, stride_kn, seqlen_k, HEAD_DIM, MASKED, TMA)
+    v = _load_rows(v_src, start_n, offs_n, offs_d, stride_vn, seqlen_k, HEAD_DIM, MASKED, TMA)
     qk = tl.dot(q, tl.trans(k))
     qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
                      IS_CAUSAL, MASKED, HAS_KPM)
@@ -206,7 +226,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr = False):
+                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -230,6 +250,8 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
+    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -239,18 +261,12 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                                          BLOCK_N, masked == 1)
             for t in range(t_lo, t_hi):
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
-                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                            start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                            qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                                           BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT)
+                                           BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, TMA)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        k_src, v_src = k_base, v_base
-        if TMA:
-            k_src = tl.make_tensor_descriptor(k_base, [seqlen_k, HEAD_DIM], [stride_kn, 1],
-                                              [BLOCK_N, BLOCK_D])
-            v_src = tl.make_tensor_descriptor(v_base, [seqlen_k, HEAD_DIM], [stride_vn, 1],
-                                              [BLOCK_N, BLOCK_D])
         for start_n in range(0, full, BLOCK_N):
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                        start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
@@ -331,22 +347,18 @@ def _bwd_row_stats_kernel(O, DO, LSE, STATS, CU_Q,
 
 
 @triton.jit
-def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, stride_dn,
+def _dkdv_block(dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn, stride_dn,
                 stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
                 sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
                 HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                TMA: tl.constexpr):
     """Contribution of one query block to dK and dV of the current key block (transposed tiles,
     keys as rows; with dropout at d <= 64 queries as rows); with ATOMIC_DQ also its dQ share, added
     to a float32 dQ in memory."""
     rows = start_m + offs_m0
-    d_ok = offs_d < HEAD_DIM
-    if MASKED:
-        q_mask = (rows[:, None] < seqlen_q) & d_ok[None, :]
-    else:
-        q_mask = d_ok[None, :]
-    q = tl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(do_base + rows[:, None] * stride_dn + offs_d[None, :], mask=q_mask, other=0.0)
+    q = _load_rows(q_src, start_m, offs_m0, offs_d, stride_qn, seqlen_q, HEAD_DIM, MASKED, TMA)
+    do = _load_rows(do_src, start_m, offs_m0, offs_d, stride_dn, seqlen_q, HEAD_DIM, MASKED, TMA)
     # the block's offset as one scalar, the rest loop-invariant (one add per load, not per pointer)
     stats_ptr = (stats_base + 2 * start_m) + (offs_m0[:, None] * 2 + tl.arange(0, 2)[None, :])
     if MASKED:
@@ -389,7 +401,8 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, s
         ds = tl.trans(dsT)
     if ATOMIC_DQ:
         dq = tl.dot(ds, k) * sm_scale
-        tl.atomic_add(dq_base + rows[:, None] * stride_dqn + offs_d[None, :], dq, mask=q_mask,
+        dq_mask = (rows[:, None] < seqlen_q) & (offs_d < HEAD_DIM)[None, :]
+        tl.atomic_add(dq_base + rows[:, None] * stride_dqn + offs_d[None, :], dq, mask=dq_mask,
                       sem="relaxed")
     return dk, dv
 
@@ -407,7 +420,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                      SPARSE: tl.constexpr, DROPOUT: tl.constexpr,
-                     LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr, PACKED: tl.constexpr):
+                     LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr, PACKED: tl.constexpr,
+                     TMA: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     DK, DV = _slots(DK, DK, DV, stride_slot, PACKED)  # dQ is slot 0 of the packed gradient
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
@@ -453,6 +467,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
         bh = b * (n_heads_kv * group_size) + h
         q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
         do_base = DO + b * stride_db + q_start * stride_dn + h * stride_dh
+        q_src = _row_source(q_base, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
+        do_src = _row_source(do_base, stride_dn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
         stats_base = _row_stats_base(STATS, b, h, q_start, stride_lb, stride_lh)
         dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
@@ -462,20 +478,20 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
                 for t in range(t_lo, t_hi):
                     start_m, blk = _listed_tile(ROW_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_M)
                     dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn,
+                        dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
                         seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                        IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
+                        IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA)
         else:
             for part in tl.static_range(3):  # masked head (causal diagonal), full middle, masked tail
                 m_lo = lo if part == 0 else (mid if part == 1 else tl.maximum(mid, tail))
                 m_hi = mid if part == 0 else (tail if part == 1 else seqlen_q)
                 for start_m in range(m_lo, m_hi, BLOCK_M):
                     dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn,
+                        dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
                         seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                        IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
+                        IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + offs_n[:, None]) * stride_dkn
@@ -485,17 +501,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
 
 
 @triton.jit
-def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n, start_m,
+def _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n, start_m,
               offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh, dropout_p,
               HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-              HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
+              HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, TMA: tl.constexpr):
     """Contribution of one key block to dQ of the current query block."""
     cols = start_n + offs_n
-    kv_mask = (offs_d < HEAD_DIM)[None, :]
-    if MASKED:
-        kv_mask = kv_mask & (cols[:, None] < seqlen_k)
-    k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = _load_rows(k_src, start_n, offs_n, offs_d, stride_kn, seqlen_k, HEAD_DIM, MASKED, TMA)
+    v = _load_rows(v_src, start_n, offs_n, offs_d, stride_vn, seqlen_k, HEAD_DIM, MASKED, TMA)
     qk = tl.dot(q, tl.trans(k))
     qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
                      IS_CAUSAL, MASKED, HAS_KPM)
@@ -521,7 +534,7 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr = False):
+                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -550,6 +563,8 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
     lse = _log2_lse(lse)
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
+    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     kpm_ptr = KPM  # batch b's row of the key-padding mask (None without one)
     if HAS_KPM:
         kpm_ptr = KPM + b * stride_mb
@@ -560,20 +575,20 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                                          BLOCK_N, masked == 1)
             for t in range(t_lo, t_hi):
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
-                dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
+                dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn,
                                start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL,
-                               masked == 1, HAS_KPM, DROPOUT)
+                               masked == 1, HAS_KPM, DROPOUT, TMA)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in range(0, full, BLOCK_N):
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+            dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n,
                            start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT, TMA)
         for start_n in range(full, hi, BLOCK_N):
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+            dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n,
                            start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT, TMA)
     dq = dq * sm_scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqn
              + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
@@ -664,7 +679,7 @@ class _Problem:
         return dict(HEAD_DIM=self.head_dim, BLOCK_D=self.block_d, IS_CAUSAL=self.causal,
                     HAS_KPM=self.kpm is not None, VARLEN=self.varlen,
                     SPARSE=self.sparse is not None, DROPOUT=self.dropout_p > 0.0,
-                    PACKED=self.packed is not None)
+                    PACKED=self.packed is not None, TMA=False)
 
     def tiles(self, config):
         """Tiles of a block-sparse call fit inside the layout's blocks (LAYOUT_BLOCK)."""
