@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import _allocation
 
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -679,7 +680,12 @@ class _Problem:
         return dict(HEAD_DIM=self.head_dim, BLOCK_D=self.block_d, IS_CAUSAL=self.causal,
                     HAS_KPM=self.kpm is not None, VARLEN=self.varlen,
                     SPARSE=self.sparse is not None, DROPOUT=self.dropout_p > 0.0,
-                    PACKED=self.packed is not None, TMA=False)
+                    PACKED=self.packed is not None)
+
+    def tma_ready(self, *tensors):
+        """Whether a kernel may load these tensors' tiles through TMA descriptors: aligned, and
+        head dims that fill the tile (the ones measured)."""
+        return self.head_dim == self.block_d and all(_tma_aligned(t) for t in tensors)
 
     def tiles(self, config):
         """Tiles of a block-sparse call fit inside the layout's blocks (LAYOUT_BLOCK)."""
@@ -690,11 +696,33 @@ class _Problem:
                     BLOCK_N=min(config["BLOCK_N"], block), LAYOUT_BLOCK=block)
 
 
+def _tma_aligned(t):
+    """Whether TMA descriptors can address tensor t: 16-byte aligned start and strides. Tensors
+    traced by a compiled graph have no address; their allocations are aligned, so their offset
+    decides."""
+    start = t.data_ptr() if type(t) is torch.Tensor else t.storage_offset() * t.element_size()
+    return start % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+
+
+def _torch_scratch(size, alignment, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_scratch_allocator():
+    """Kernels that build TMA descriptors need global scratch memory at launch, which Triton
+    takes from the allocator set with `triton.set_allocator`; where none was set, take it from
+    PyTorch's caching allocator."""
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_torch_scratch)
+
+
 _STAGE_CAPS = {}  # (kernel, tile config) -> pipeline depth that fit in shared memory
 
 
 def _launch(kernel, grid, args, config, **flags):
     """Launch `kernel`; if its pipeline does not fit in shared memory, retry with fewer stages."""
+    if config.get("TMA"):
+        _ensure_scratch_allocator()
     key = (kernel.fn.__name__, tuple(sorted(config.items())), tuple(sorted(flags.items())))
     config = dict(config, num_stages=_STAGE_CAPS.get(key, config["num_stages"]))
     while True:
@@ -711,6 +739,7 @@ def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
     config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
                                                         sp is not None, prob.seqlen_q))
+    config["TMA"] = config.get("TMA", False) and prob.tma_ready(k, v)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = prob.lse_buffer(q)
     grid = (_cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
@@ -754,8 +783,12 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     (order-dependent rounding). atomic: force one of the two (sweeps)."""
     if atomic is None:
         atomic = not deterministic and tuning.atomic_dq(prob.dropout_p, prob.block_d)
-    configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None)
+    configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None,
+                                                 prob.seqlen_q)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
+    dkdv_cfg["TMA"] = dkdv_cfg.get("TMA", False) and prob.tma_ready(q, do)
+    if dq_cfg:
+        dq_cfg["TMA"] = dq_cfg.get("TMA", False) and prob.tma_ready(k, v)
     (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(
         q, k, v, prob, atomic)
     # each row's (log2 lse, delta), at twice the row's offset in lse (hence lse contiguous)
