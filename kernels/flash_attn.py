@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 from triton.runtime import _allocation
 
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from kernels import tuning
@@ -699,9 +700,10 @@ class _Problem:
 def _tma_aligned(t):
     """Whether TMA descriptors can address tensor t: 16-byte aligned start and strides. Tensors
     traced by a compiled graph have no address; their allocations are aligned, so their offset
-    decides."""
+    decides, and a symbolic size counts as aligned only where that holds for every value."""
     start = t.data_ptr() if type(t) is torch.Tensor else t.storage_offset() * t.element_size()
-    return start % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+    return all(statically_known_true(x % 16 == 0)
+               for x in (start, *(s * t.element_size() for s in t.stride()[:-1])))
 
 
 def _torch_scratch(size, alignment, stream):

@@ -281,6 +281,22 @@ def test_tma_needs_aligned_tensors_and_full_head_tiles():
     assert not prob24.tma_ready(q24, k24)  # 24 of a 32-wide tile
 
 
+def test_tma_alignment_of_traced_tensors_with_symbolic_sizes():
+    """Compiled graphs with dynamic shapes hand the launchers symbolic strides: aligned only
+    where every value of the symbols is (never a symbolic bool, which launch keys cannot hash)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (DimDynamic, ShapeEnv,
+                                                       StatelessSymbolicContext)
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    x = torch.empty(2, 64, 4, 64, dtype=torch.bfloat16)
+
+    def fake(*dims):
+        return mode.from_tensor(x, symbolic_context=StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC if d else DimDynamic.STATIC for d in dims]))
+    assert fa._tma_aligned(fake(True, True, False, False)) is True  # batch and length symbolic
+    assert fa._tma_aligned(fake(True, True, True, True)) is False  # head dim unknown
+
+
 def test_non_contiguous_inputs_are_handled():
     torch.manual_seed(7)
     base = torch.randn(1, 2, 30, 32)  # (B, H, N, d) viewed as (B, N, H, d): non-unit head stride
