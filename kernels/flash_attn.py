@@ -642,7 +642,9 @@ class _Problem:
         else:
             self.batch, self.seqlen_q = q.shape[0], q.shape[1]
             self.seqlen_k = k.shape[1]
-        self.heads, self.head_dim = q.shape[-2], q.shape[-1]
+        # the head dim picks tiles and compile-time constants: a compiled graph that made it
+        # symbolic (having seen two) gets it specialized here, guarded by the graph
+        self.heads, self.head_dim = q.shape[-2], int(q.shape[-1])
         self.heads_kv = k.shape[-2]
         self.group = self.heads // self.heads_kv
         self.block_d = block_d_for(self.head_dim)

@@ -281,9 +281,10 @@ def test_tma_needs_aligned_tensors_and_full_head_tiles():
     assert not prob24.tma_ready(q24, k24)  # 24 of a 32-wide tile
 
 
-def test_tma_alignment_of_traced_tensors_with_symbolic_sizes():
-    """Compiled graphs with dynamic shapes hand the launchers symbolic strides: aligned only
-    where every value of the symbols is (never a symbolic bool, which launch keys cannot hash)."""
+def test_traced_tensors_with_symbolic_sizes():
+    """Compiled graphs with dynamic shapes hand the launchers symbolic sizes and strides: TMA
+    alignment holds only where it does for every value of the symbols, and launch keys and
+    compile-time constants stay plain values (symbolic ones cannot be hashed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import (DimDynamic, ShapeEnv,
                                                        StatelessSymbolicContext)
@@ -295,6 +296,10 @@ def test_tma_alignment_of_traced_tensors_with_symbolic_sizes():
             dynamic_sizes=[DimDynamic.DYNAMIC if d else DimDynamic.STATIC for d in dims]))
     assert fa._tma_aligned(fake(True, True, False, False)) is True  # batch and length symbolic
     assert fa._tma_aligned(fake(True, True, True, True)) is False  # head dim unknown
+    # a graph compiled again for a second head dim makes it symbolic; kernels need it concrete
+    q = fake(True, True, True, True)
+    prob = fa._problem(q, q, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    assert type(prob.head_dim) is int and all(type(v) in (int, bool) for v in prob.flags().values())
 
 
 def test_non_contiguous_inputs_are_handled():
