@@ -15,7 +15,9 @@ from typing import List, Optional, Tuple
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import _allocation
 
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from kernels import tuning
@@ -145,23 +147,48 @@ def _listed_tile(LIST, blk, t, t_hi, LAYOUT_BLOCK: tl.constexpr, TILE: tl.conste
     return blk * LAYOUT_BLOCK + t % SUB * TILE, nxt
 
 
+@triton.jit
+def _row_source(base, stride, n_rows, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+    """What a loop reads blocks of one head's rows from: `base` itself, or with TMA a tensor
+    descriptor over its n_rows x HEAD_DIM elements (loads through the copy engine, zeros outside)."""
+    src = base
+    if TMA:
+        src = tl.make_tensor_descriptor(base, [n_rows, HEAD_DIM], [stride, 1],
+                                        [BLOCK_ROWS, BLOCK_D])
+    return src
+
+
+@triton.jit
+def _load_rows(src, start, offs, offs_d, stride, n_rows, HEAD_DIM: tl.constexpr,
+               MASKED: tl.constexpr, TMA: tl.constexpr):
+    """Rows [start, start + len(offs)) of a `_row_source`, zeros past n_rows (checked only when
+    MASKED) and past HEAD_DIM."""
+    if TMA:
+        x = src.load([start, 0])
+    else:
+        rows = start + offs
+        mask = (offs_d < HEAD_DIM)[None, :]
+        if MASKED:
+            mask = mask & (rows[:, None] < n_rows)
+        x = tl.load(src + rows[:, None] * stride + offs_d[None, :], mask=mask, other=0.0)
+    return x
+
+
 # --------------------------------------------------------------------------------------------
 # Forward
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start_n, start_m,
+def _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, start_n, start_m,
                offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
                seed, bh, dropout_p,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               MASKED: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
+               MASKED: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+               TMA: tl.constexpr):
     """One key block of the online softmax: update the running max, sum and output."""
     cols = start_n + offs_n
-    d_ok = offs_d < HEAD_DIM
-    kv_mask = d_ok[None, :]
-    if MASKED:
-        kv_mask = kv_mask & (cols[:, None] < seqlen_k)
-    k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = _load_rows(k_src, start_n, offs_n, offs_d, stride_kn, seqlen_k, HEAD_DIM, MASKED, TMA)
+    v = _load_rows(v_src, start_n, offs_n, offs_d, stride_vn, seqlen_k, HEAD_DIM, MASKED, TMA)
     qk = tl.dot(q, tl.trans(k))
     qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
                      IS_CAUSAL, MASKED, HAS_KPM)
@@ -201,7 +228,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr):
+                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -225,6 +252,8 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
+    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -234,22 +263,22 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                                          BLOCK_N, masked == 1)
             for t in range(t_lo, t_hi):
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
-                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                            start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                            qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                                           BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT)
+                                           BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, TMA)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in range(0, full, BLOCK_N):
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                        start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                        qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, False, HAS_KPM, DROPOUT)
+                                       IS_CAUSAL, False, HAS_KPM, DROPOUT, TMA)
         for start_n in range(full, hi, BLOCK_N):
-            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                        start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                        qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                                       IS_CAUSAL, True, HAS_KPM, DROPOUT, TMA)
 
     empty = l_i == 0.0
     inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
@@ -320,22 +349,18 @@ def _bwd_row_stats_kernel(O, DO, LSE, STATS, CU_Q,
 
 
 @triton.jit
-def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, stride_dn,
+def _dkdv_block(dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn, stride_dn,
                 stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
                 sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
                 HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                TMA: tl.constexpr):
     """Contribution of one query block to dK and dV of the current key block (transposed tiles,
     keys as rows; with dropout at d <= 64 queries as rows); with ATOMIC_DQ also its dQ share, added
     to a float32 dQ in memory."""
     rows = start_m + offs_m0
-    d_ok = offs_d < HEAD_DIM
-    if MASKED:
-        q_mask = (rows[:, None] < seqlen_q) & d_ok[None, :]
-    else:
-        q_mask = d_ok[None, :]
-    q = tl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(do_base + rows[:, None] * stride_dn + offs_d[None, :], mask=q_mask, other=0.0)
+    q = _load_rows(q_src, start_m, offs_m0, offs_d, stride_qn, seqlen_q, HEAD_DIM, MASKED, TMA)
+    do = _load_rows(do_src, start_m, offs_m0, offs_d, stride_dn, seqlen_q, HEAD_DIM, MASKED, TMA)
     # the block's offset as one scalar, the rest loop-invariant (one add per load, not per pointer)
     stats_ptr = (stats_base + 2 * start_m) + (offs_m0[:, None] * 2 + tl.arange(0, 2)[None, :])
     if MASKED:
@@ -378,7 +403,8 @@ def _dkdv_block(dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn, s
         ds = tl.trans(dsT)
     if ATOMIC_DQ:
         dq = tl.dot(ds, k) * sm_scale
-        tl.atomic_add(dq_base + rows[:, None] * stride_dqn + offs_d[None, :], dq, mask=q_mask,
+        dq_mask = (rows[:, None] < seqlen_q) & (offs_d < HEAD_DIM)[None, :]
+        tl.atomic_add(dq_base + rows[:, None] * stride_dqn + offs_d[None, :], dq, mask=dq_mask,
                       sem="relaxed")
     return dk, dv
 
@@ -396,7 +422,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                      SPARSE: tl.constexpr, DROPOUT: tl.constexpr,
-                     LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr, PACKED: tl.constexpr):
+                     LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr, PACKED: tl.constexpr,
+                     TMA: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     DK, DV = _slots(DK, DK, DV, stride_slot, PACKED)  # dQ is slot 0 of the packed gradient
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
@@ -442,6 +469,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
         bh = b * (n_heads_kv * group_size) + h
         q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
         do_base = DO + b * stride_db + q_start * stride_dn + h * stride_dh
+        q_src = _row_source(q_base, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
+        do_src = _row_source(do_base, stride_dn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
         stats_base = _row_stats_base(STATS, b, h, q_start, stride_lb, stride_lh)
         dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
@@ -451,20 +480,20 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
                 for t in range(t_lo, t_hi):
                     start_m, blk = _listed_tile(ROW_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_M)
                     dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn,
+                        dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
                         seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                        IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
+                        IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA)
         else:
             for part in tl.static_range(3):  # masked head (causal diagonal), full middle, masked tail
                 m_lo = lo if part == 0 else (mid if part == 1 else tl.maximum(mid, tail))
                 m_hi = mid if part == 0 else (tail if part == 1 else seqlen_q)
                 for start_m in range(m_lo, m_hi, BLOCK_M):
                     dk, dv = _dkdv_block(
-                        dk, dv, k, v, q_base, do_base, stats_base, dq_base, stride_qn,
+                        dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
                         seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                        IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ)
+                        IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + offs_n[:, None]) * stride_dkn
@@ -474,17 +503,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
 
 
 @triton.jit
-def _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n, start_m,
+def _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n, start_m,
               offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh, dropout_p,
               HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-              HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr):
+              HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, TMA: tl.constexpr):
     """Contribution of one key block to dQ of the current query block."""
     cols = start_n + offs_n
-    kv_mask = (offs_d < HEAD_DIM)[None, :]
-    if MASKED:
-        kv_mask = kv_mask & (cols[:, None] < seqlen_k)
-    k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = _load_rows(k_src, start_n, offs_n, offs_d, stride_kn, seqlen_k, HEAD_DIM, MASKED, TMA)
+    v = _load_rows(v_src, start_n, offs_n, offs_d, stride_vn, seqlen_k, HEAD_DIM, MASKED, TMA)
     qk = tl.dot(q, tl.trans(k))
     qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
                      IS_CAUSAL, MASKED, HAS_KPM)
@@ -510,7 +536,7 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr):
+                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -539,6 +565,8 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
     lse = _log2_lse(lse)
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
+    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     kpm_ptr = KPM  # batch b's row of the key-padding mask (None without one)
     if HAS_KPM:
         kpm_ptr = KPM + b * stride_mb
@@ -549,20 +577,20 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                                          BLOCK_N, masked == 1)
             for t in range(t_lo, t_hi):
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
-                dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn,
+                dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn,
                                start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
                                qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL,
-                               masked == 1, HAS_KPM, DROPOUT)
+                               masked == 1, HAS_KPM, DROPOUT, TMA)
     else:
         full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
         for start_n in range(0, full, BLOCK_N):
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+            dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n,
                            start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT)
+                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT, TMA)
         for start_n in range(full, hi, BLOCK_N):
-            dq = _dq_block(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, start_n,
+            dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n,
                            start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT)
+                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT, TMA)
     dq = dq * sm_scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqn
              + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
@@ -614,7 +642,9 @@ class _Problem:
         else:
             self.batch, self.seqlen_q = q.shape[0], q.shape[1]
             self.seqlen_k = k.shape[1]
-        self.heads, self.head_dim = q.shape[-2], q.shape[-1]
+        # the head dim picks tiles and compile-time constants: a compiled graph that made it
+        # symbolic (having seen two) gets it specialized here, guarded by the graph
+        self.heads, self.head_dim = q.shape[-2], int(q.shape[-1])
         self.heads_kv = k.shape[-2]
         self.group = self.heads // self.heads_kv
         self.block_d = block_d_for(self.head_dim)
@@ -655,6 +685,11 @@ class _Problem:
                     SPARSE=self.sparse is not None, DROPOUT=self.dropout_p > 0.0,
                     PACKED=self.packed is not None)
 
+    def tma_ready(self, *tensors):
+        """Whether a kernel may load these tensors' tiles through TMA descriptors: aligned, and
+        head dims that fill the tile (the ones measured)."""
+        return self.head_dim == self.block_d and all(_tma_aligned(t) for t in tensors)
+
     def tiles(self, config):
         """Tiles of a block-sparse call fit inside the layout's blocks (LAYOUT_BLOCK)."""
         if self.sparse is None:
@@ -664,11 +699,34 @@ class _Problem:
                     BLOCK_N=min(config["BLOCK_N"], block), LAYOUT_BLOCK=block)
 
 
+def _tma_aligned(t):
+    """Whether TMA descriptors can address tensor t: 16-byte aligned start and strides. Tensors
+    traced by a compiled graph have no address; their allocations are aligned, so their offset
+    decides, and a symbolic size counts as aligned only where that holds for every value."""
+    start = t.data_ptr() if type(t) is torch.Tensor else t.storage_offset() * t.element_size()
+    return all(statically_known_true(x % 16 == 0)
+               for x in (start, *(s * t.element_size() for s in t.stride()[:-1])))
+
+
+def _torch_scratch(size, alignment, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_scratch_allocator():
+    """Kernels that build TMA descriptors need global scratch memory at launch, which Triton
+    takes from the allocator set with `triton.set_allocator`; where none was set, take it from
+    PyTorch's caching allocator."""
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_torch_scratch)
+
+
 _STAGE_CAPS = {}  # (kernel, tile config) -> pipeline depth that fit in shared memory
 
 
 def _launch(kernel, grid, args, config, **flags):
     """Launch `kernel`; if its pipeline does not fit in shared memory, retry with fewer stages."""
+    if config.get("TMA"):
+        _ensure_scratch_allocator()
     key = (kernel.fn.__name__, tuple(sorted(config.items())), tuple(sorted(flags.items())))
     config = dict(config, num_stages=_STAGE_CAPS.get(key, config["num_stages"]))
     while True:
@@ -685,6 +743,7 @@ def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
     config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
                                                         sp is not None, prob.seqlen_q))
+    config["TMA"] = config.get("TMA", False) and prob.tma_ready(k, v)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = prob.lse_buffer(q)
     grid = (_cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
@@ -728,8 +787,12 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
     (order-dependent rounding). atomic: force one of the two (sweeps)."""
     if atomic is None:
         atomic = not deterministic and tuning.atomic_dq(prob.dropout_p, prob.block_d)
-    configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None)
+    configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None,
+                                                 prob.seqlen_q)
     dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
+    dkdv_cfg["TMA"] = dkdv_cfg.get("TMA", False) and prob.tma_ready(q, do)
+    if dq_cfg:
+        dq_cfg["TMA"] = dq_cfg.get("TMA", False) and prob.tma_ready(k, v)
     (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(
         q, k, v, prob, atomic)
     # each row's (log2 lse, delta), at twice the row's offset in lse (hence lse contiguous)

@@ -24,31 +24,43 @@ _DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128,
 # over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13)
 _FORWARD_SPARSE = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
 _DQ_SPARSE = {64: (64, 64, 4, 3)}
+# head-dim buckets whose dense kernels load their streamed tiles (K and V in the forward and dQ
+# passes, Q and dO in the dK/dV pass) through TMA descriptors: H100 A/Bs of round 24, forward
+# 1.07-1.14x at d = 128 without a causal mask (level with one; slower at d = 64 and with the short
+# causal tiles); backward 1.03-1.09x at d = 64 from N = 4K, without dQ atomics (slower at N = 1K,
+# at d = 128 and with atomics)
+_TMA_FORWARD = {128}
+_TMA_BACKWARD = {64}
 
 
 def _bucket(block_d):
     return min(max(block_d, 16), 128)
 
 
-def _config(table, block_d):
+def _config(table, block_d, tma=False):
     block_m, block_n, warps, stages = table[_bucket(block_d)]
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages,
+            "TMA": tma}
 
 
 def _interpreter_config():
     tile = INTERPRETER_TILE
-    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1, "TMA": False}
 
 
 def forward_config(block_d, causal, sparse=False, seqlen_q=None):
     """Launch parameters of the forward kernel (sparse: of a block-sparse call; seqlen_q: query
-    length, which picks smaller tiles for short causal calls)."""
+    length, which picks smaller tiles for short causal calls). TMA: whether the kernel may load K
+    and V through tensor descriptors (the launcher also checks the tensors' alignment)."""
     if interpreting():
         return _interpreter_config()
     table = _FORWARD_CAUSAL if causal else _FORWARD
-    if causal and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN:
+    short = causal and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN
+    if short:
         table = {**table, **_FORWARD_CAUSAL_SHORT}
-    return _config({**table, **_FORWARD_SPARSE} if sparse else table, block_d)
+    if sparse:
+        return _config({**table, **_FORWARD_SPARSE}, block_d)
+    return _config(table, block_d, tma=_bucket(block_d) in _TMA_FORWARD and not short)
 
 
 def atomic_dq(dropout_p, block_d):
@@ -59,11 +71,16 @@ def atomic_dq(dropout_p, block_d):
     return dropout_p > 0 and block_d <= 64
 
 
-def backward_configs(block_d, atomic=False, sparse=False):
+def backward_configs(block_d, atomic=False, sparse=False, seqlen_q=None):
     """Launch parameters of the dK/dV kernel (atomic: the one that also adds dQ) and of the dQ
-    kernel (sparse: of a block-sparse call)."""
+    kernel (sparse: of a block-sparse call; seqlen_q: query length, None for unknown; TMA as in
+    `forward_config`)."""
     if interpreting():
         return _interpreter_config(), _interpreter_config()
     if atomic:
         return _config(_DKDV, block_d), None
-    return _config(_DKDV, block_d), _config({**_DQ, **_DQ_SPARSE} if sparse else _DQ, block_d)
+    if sparse:
+        return _config(_DKDV, block_d), _config({**_DQ, **_DQ_SPARSE}, block_d)
+    tma = (_bucket(block_d) in _TMA_BACKWARD and seqlen_q is not None
+           and seqlen_q > SHORT_SEQLEN)
+    return _config(_DKDV, block_d, tma), _config(_DQ, block_d, tma)

@@ -58,7 +58,8 @@ def compile_kernel(kernel, config, constants, arch):
     holds every stage: ttgir, ptx, cubin)."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise RuntimeError("unset TRITON_INTERPRET: the interpreter replaces Triton's compiler")
-    constants = dict(constants, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
+    constants = dict(constants, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
+                     TMA=config.get("TMA", False))
     constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
     signature, attrs = _signature(kernel, constants)
     index = {name: i for i, name in enumerate(kernel.arg_names)}

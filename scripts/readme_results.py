@@ -171,7 +171,7 @@ def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024"):
         lines.append(f"| {name} | {m['attention']} | {compiled} | {m['tokens_per_sec_per_device']:,.0f} | "
                      f"{100 * m['mfu']:.1f}% | {m['peak_memory_gib']:.1f} | {m['loss_end']:.3f} |")
     devices = sorted({(r.get("metrics") or {}).get("device_name", "?") for r in data["runs"].values()})
-    lines.append(f"\n_{', '.join(devices)}; {data['created'][:10]}._")
+    lines.append(f"\n_{', '.join(devices)}; {data['updated'][:10]}._")
     return lines
 
 

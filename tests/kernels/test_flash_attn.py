@@ -221,6 +221,87 @@ def test_backward_is_bitwise_deterministic():
         assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
 
 
+def _tma_interpreter_tiles(monkeypatch, tma, launched):
+    """Interpreter tiles with TMA loads on or off; records each launch's TMA flag."""
+    tiles = dict(fa.tuning._interpreter_config(), TMA=tma)
+    monkeypatch.setattr(fa.tuning, "_interpreter_config", lambda: dict(tiles))
+    launch = fa._launch
+
+    def recording(kernel, grid, args, config, **flags):
+        launched.append(config.get("TMA"))
+        return launch(kernel, grid, args, config, **flags)
+    monkeypatch.setattr(fa, "_launch", recording)
+
+
+@pytest.mark.parametrize("varlen,seqlen_q,seqlen_k,head_dim,causal,dropout_p,group", [
+    (False, 17, 17, 32, False, 0.0, 1), (False, 100, 40, 64, True, 0.0, 2),
+    (False, 45, 45, 16, True, 0.25, 1), (False, 1, 33, 64, False, 0.25, 2),
+    (True, None, None, 32, True, 0.25, 2)])
+def test_tma_loads_compute_what_pointer_loads_do(varlen, seqlen_q, seqlen_k, head_dim, causal,
+                                                 dropout_p, group, monkeypatch):
+    """Kernels that load their streamed tiles through TMA descriptors (zeros past each sequence)
+    give bit for bit the outputs and gradients of pointer loads."""
+    torch.manual_seed(head_dim + group)
+    if varlen:
+        lengths = [5, 33, 1, 20]
+        cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+        tensors = [torch.randn(sum(lengths), h, head_dim).requires_grad_()
+                   for h in (4, 4 // group, 4 // group)]
+        call = lambda q, k, v: flash_attn_varlen_func(  # noqa: E731
+            q, k, v, cu, cu, max(lengths), max(lengths), dropout_p=dropout_p, causal=causal,
+            deterministic=True)
+    else:
+        tensors = qkv(2, seqlen_q, seqlen_k, 2, 2 // group, head_dim)
+        call = lambda q, k, v: flash_attn_func(  # noqa: E731
+            q, k, v, dropout_p=dropout_p, causal=causal, deterministic=True)
+    grad_out = torch.randn_like(tensors[0])
+    results = {}
+    for tma in (False, True):
+        launched = []
+        with monkeypatch.context() as m:
+            _tma_interpreter_tiles(m, tma, launched)
+            torch.manual_seed(0)  # the same dropout seed
+            out, grads, _ = run_with_grads(call, tensors, grad_out)
+        assert launched == [tma] * 3  # forward, dQ pass, dK/dV pass
+        results[tma] = [out, *grads]
+    assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
+
+
+def test_tma_needs_aligned_tensors_and_full_head_tiles():
+    """Tiles load through TMA only from 16-byte aligned starts and strides, at head dims that
+    fill the tile."""
+    q, k, _ = qkv(1, 16, 16, 2, 2, 64)
+    prob = fa._problem(q, k, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    x = torch.randn(1, 16, 2, 65)
+    assert prob.tma_ready(q, k)
+    assert not prob.tma_ready(x[..., 1:], k)  # start 4 bytes in
+    assert not prob.tma_ready(x[..., :64], k)  # rows 65 elements apart
+    q24, k24, _ = qkv(1, 16, 16, 2, 2, 24)
+    prob24 = fa._problem(q24, k24, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    assert not prob24.tma_ready(q24, k24)  # 24 of a 32-wide tile
+
+
+def test_traced_tensors_with_symbolic_sizes():
+    """Compiled graphs with dynamic shapes hand the launchers symbolic sizes and strides: TMA
+    alignment holds only where it does for every value of the symbols, and launch keys and
+    compile-time constants stay plain values (symbolic ones cannot be hashed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (DimDynamic, ShapeEnv,
+                                                       StatelessSymbolicContext)
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    x = torch.empty(2, 64, 4, 64, dtype=torch.bfloat16)
+
+    def fake(*dims):
+        return mode.from_tensor(x, symbolic_context=StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC if d else DimDynamic.STATIC for d in dims]))
+    assert fa._tma_aligned(fake(True, True, False, False)) is True  # batch and length symbolic
+    assert fa._tma_aligned(fake(True, True, True, True)) is False  # head dim unknown
+    # a graph compiled again for a second head dim makes it symbolic; kernels need it concrete
+    q = fake(True, True, True, True)
+    prob = fa._problem(q, q, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    assert type(prob.head_dim) is int and all(type(v) in (int, bool) for v in prob.flags().values())
+
+
 def test_non_contiguous_inputs_are_handled():
     torch.manual_seed(7)
     base = torch.randn(1, 2, 30, 32)  # (B, H, N, d) viewed as (B, N, H, d): non-unit head stride

@@ -119,6 +119,32 @@ def test_blocksparse_butterfly(head_dim):
            tensors, torch.bfloat16, causal=True, attn_mask=mask[None, None])
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_tma_loads_match_pointer_loads(head_dim, monkeypatch):
+    """Where the tables load tiles through TMA descriptors (d = 128 forward, d = 64 backward at
+    this length), pointer loads give the same bits."""
+    from kernels import flash_attn as fa
+    torch.manual_seed(9)
+    q, k, v = _inputs(2, 4096, 8, 2, head_dim, torch.bfloat16)
+    g = torch.randn_like(q)
+    launch, launched = fa._launch, []
+
+    def recording(kernel, grid, args, config, **flags):
+        launched.append(config["TMA"])
+        return launch(kernel, grid, args, config, **flags)
+    monkeypatch.setattr(fa, "_launch", recording)
+
+    def run():
+        out = flash_attn_func(q, k, v, causal=True, deterministic=True)
+        return [out, *torch.autograd.grad(out, (q, k, v), g)]
+    with_tma = run()
+    assert launched == ([False, True, True] if head_dim == 64 else [True, False, False])
+    monkeypatch.setattr(fa._Problem, "tma_ready", lambda self, *tensors: False)
+    without = run()
+    assert launched[3:] == [False] * 3
+    assert all(torch.equal(a, b) for a, b in zip(with_tma, without))
+
+
 def test_memory_linear_64k():
     q, k, v = _inputs(1, 65536, 16, 16, 64, torch.bfloat16)
     torch.cuda.reset_peak_memory_stats()
@@ -128,13 +154,15 @@ def test_memory_linear_64k():
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
-def test_compiled_matches_eager(mode):
+@pytest.mark.parametrize("seqlen,head_dim,causal", [
+    (1000, 64, True), (4096, 64, True), (4096, 128, False)])  # the last two load through TMA
+def test_compiled_matches_eager(mode, seqlen, head_dim, causal):
     """Compiled graphs launch the kernels themselves (and may capture them in CUDA graphs)."""
     torch.manual_seed(5)
-    tensors = _inputs(2, 1000, 8, 2, 64, torch.bfloat16)
-    fn = lambda q, k, v: flash_attn_func(q, k, v, causal=True)
+    tensors = _inputs(2, seqlen, 8, 2, head_dim, torch.bfloat16)
+    fn = lambda q, k, v: flash_attn_func(q, k, v, causal=causal)
     compiled = torch.compile(fn, mode=mode)
-    g = torch.randn(2, 1000, 8, 64, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(2, seqlen, 8, head_dim, device="cuda", dtype=torch.bfloat16)
     expected = [fn(*tensors)]
     expected += torch.autograd.grad(expected[0], tensors, g)
     for _ in range(3):  # the later calls replay the recorded graphs

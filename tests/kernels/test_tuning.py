@@ -40,3 +40,20 @@ def test_dq_atomics_only_with_dropout_at_small_head_dims():
     assert tuning.atomic_dq(0.1, 64) and tuning.atomic_dq(0.1, 16)
     assert not tuning.atomic_dq(0.0, 64)
     assert not tuning.atomic_dq(0.1, 128)
+
+
+def test_tma_loads_where_measured_faster(monkeypatch):
+    """Round 24: the forward at d = 128 (not with the short causal tiles), the backward passes at
+    d = 64 beyond SHORT_SEQLEN without atomics; never block-sparse calls."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    long, short = tuning.SHORT_SEQLEN + 1, tuning.SHORT_SEQLEN
+    assert tuning.forward_config(128, False)["TMA"] and tuning.forward_config(128, True, seqlen_q=long)["TMA"]
+    assert not tuning.forward_config(128, True, seqlen_q=short)["TMA"]
+    assert not tuning.forward_config(128, False, sparse=True)["TMA"]
+    assert not tuning.forward_config(64, False)["TMA"]
+    assert all(c["TMA"] for c in tuning.backward_configs(64, seqlen_q=long))
+    assert not any(c["TMA"] for c in tuning.backward_configs(64, seqlen_q=short))
+    assert not any(c["TMA"] for c in tuning.backward_configs(64))
+    assert not any(c["TMA"] for c in tuning.backward_configs(64, sparse=True, seqlen_q=long))
+    assert not any(c["TMA"] for c in tuning.backward_configs(128, seqlen_q=long))
+    assert not tuning.backward_configs(64, atomic=True, seqlen_q=long)[0]["TMA"]
