@@ -3,10 +3,13 @@
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
                                          [--butterfly K] [--dropout P] [--batch B] [--heads H]
+                                         [--tma]
 Shapes default to batch x seqlen = 16K tokens and heads x head_dim = 2048 (the benchmark's);
 --batch and --heads set them (GPT-2 small: --batch 16 --heads 12 --seqlen 1024).
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
-blocks (tiles then fit in the layout's blocks); --dropout P times them with dropout (one seed).
+blocks (tiles then fit in the layout's blocks); --dropout P times them with dropout (one seed);
+--tma loads the swept kernels' streamed tiles through TMA descriptors (the reference configs stay
+on pointer loads).
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
 """
 import argparse
@@ -36,8 +39,8 @@ DQ = [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 4), (128, 
       (64, 64, 4, 2)]
 
 
-def cfg(t):
-    return {"BLOCK_M": t[0], "BLOCK_N": t[1], "num_warps": t[2], "num_stages": t[3]}
+def cfg(t, tma=False):
+    return {"BLOCK_M": t[0], "BLOCK_N": t[1], "num_warps": t[2], "num_stages": t[3], "TMA": tma}
 
 
 def bench(fn):
@@ -55,6 +58,7 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
     ap.add_argument("--batch", type=int, default=0, help="batch size (0: 16K tokens / seqlen)")
     ap.add_argument("--heads", type=int, default=0, help="heads (0: 2048 / head dim)")
+    ap.add_argument("--tma", action="store_true", help="swept configs load through TMA descriptors")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,12 +88,13 @@ def main():
                 for t in table:
                     try:
                         if kind == "fwd":
-                            o, _ = fa._forward(q, k, v, prob, cfg(t))
+                            o, _ = fa._forward(q, k, v, prob, cfg(t, args.tma))
                             err = (o.float() - ref_o.float()).abs().max().item()
-                            ms = bench(lambda: fa._forward(q, k, v, prob, cfg(t)))
+                            ms = bench(lambda: fa._forward(q, k, v, prob, cfg(t, args.tma)))
                             tf = fl_f / ms / 1e9
                         else:
-                            cfgs = (cfg(DKDV[0]), cfg(t)) if kind == "dq" else (cfg(t), cfg(DQ[0]))
+                            swept = cfg(t, args.tma)
+                            cfgs = (cfg(DKDV[0]), swept) if kind == "dq" else (swept, cfg(DQ[0]))
                             atomic = kind == "dkdv_atomic"
                             g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
                                              atomic=atomic)
@@ -124,7 +129,7 @@ def main():
     (out_dir / "tune.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
                                                       seqlen=n, batch=args.batch, heads=args.heads,
                                                       butterfly=args.butterfly,
-                                                      dropout=args.dropout,
+                                                      dropout=args.dropout, tma=args.tma,
                                                       rows=rows), indent=1))
 
 
