@@ -9,9 +9,9 @@ from kernels.torch_ops import interpreting
 INTERPRETER_TILE = 32
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket; H100 sweeps of 2026-11-22 at
-# N = 1024-16384 (kernels/NOTES.md, rounds 1, 13 and 16)
+# N = 1024-16384 (kernels/NOTES.md, rounds 1, 13 and 16). Causal calls at d = 128 took 128 x 64
+# tiles until round 24's TMA loads made 128 x 128 faster for them too.
 _FORWARD = {16: (128, 64, 4, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
-_FORWARD_CAUSAL = {**_FORWARD, 128: (128, 64, 8, 3)}
 # causal calls over short sequences: smaller query blocks give more programs and less masked work
 # on the diagonal (round 16)
 SHORT_SEQLEN = 2048
@@ -54,7 +54,7 @@ def forward_config(block_d, causal, sparse=False, seqlen_q=None):
     and V through tensor descriptors (the launcher also checks the tensors' alignment)."""
     if interpreting():
         return _interpreter_config()
-    table = _FORWARD_CAUSAL if causal else _FORWARD
+    table = _FORWARD
     short = causal and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN
     if short:
         table = {**table, **_FORWARD_CAUSAL_SHORT}
