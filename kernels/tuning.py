@@ -81,6 +81,6 @@ def backward_configs(block_d, atomic=False, sparse=False, seqlen_q=None):
         return _config(_DKDV, block_d), None
     if sparse:
         return _config(_DKDV, block_d), _config({**_DQ, **_DQ_SPARSE}, block_d)
-    tma = (_bucket(block_d) in _TMA_BACKWARD and seqlen_q is not None
-           and seqlen_q > SHORT_SEQLEN)
+    tma = bool(_bucket(block_d) in _TMA_BACKWARD and seqlen_q is not None
+               and seqlen_q > SHORT_SEQLEN)  # a plain bool where seqlen_q is symbolic
     return _config(_DKDV, block_d, tma), _config(_DQ, block_d, tma)
