@@ -281,6 +281,24 @@ def test_tma_needs_aligned_tensors_and_full_head_tiles():
     assert not prob24.tma_ready(q24, k24)  # 24 of a 32-wide tile
 
 
+def test_tma_launches_keep_the_callers_scratch_allocator():
+    """Descriptor loads need Triton's scratch allocator: set from PyTorch's where the caller set
+    none, never replacing the caller's."""
+    import contextvars
+
+    import triton
+    from triton.runtime import _allocation
+
+    def check():
+        fa._ensure_scratch_allocator()
+        assert _allocation._allocator.get() is fa._torch_scratch
+        mine = lambda size, alignment, stream: None  # noqa: E731
+        triton.set_allocator(mine)
+        fa._ensure_scratch_allocator()
+        assert _allocation._allocator.get() is mine
+    contextvars.Context().run(check)  # a fresh context: no allocator set, none left behind
+
+
 def test_traced_tensors_with_symbolic_sizes():
     """Compiled graphs with dynamic shapes hand the launchers symbolic sizes and strides: TMA
     alignment holds only where it does for every value of the symbols, and launch keys and
