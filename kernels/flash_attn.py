@@ -690,8 +690,10 @@ class _Problem:
         head dims that fill the tile (the ones measured)."""
         return self.head_dim == self.block_d and all(_tma_aligned(t) for t in tensors)
 
-    def tiles(self, config):
-        """Tiles of a block-sparse call fit inside the layout's blocks (LAYOUT_BLOCK)."""
+    def tiles(self, config, *streamed):
+        """`config` fitted to this call: tiles of a block-sparse call inside the layout's blocks
+        (LAYOUT_BLOCK); TMA loads kept only where the `streamed` tensors allow them."""
+        config = dict(config, TMA=config.get("TMA", False) and self.tma_ready(*streamed))
         if self.sparse is None:
             return dict(config, LAYOUT_BLOCK=1)
         block = self.sparse.block
@@ -742,8 +744,7 @@ def _launch(kernel, grid, args, config, **flags):
 def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
     config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
-                                                        sp is not None, prob.seqlen_q))
-    config["TMA"] = config.get("TMA", False) and prob.tma_ready(k, v)
+                                                        sp is not None, prob.seqlen_q), k, v)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = prob.lse_buffer(q)
     grid = (_cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
@@ -789,10 +790,8 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
         atomic = not deterministic and tuning.atomic_dq(prob.dropout_p, prob.block_d)
     configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None,
                                                  prob.seqlen_q)
-    dkdv_cfg, dq_cfg = (prob.tiles(c) if c else None for c in configs)
-    dkdv_cfg["TMA"] = dkdv_cfg.get("TMA", False) and prob.tma_ready(q, do)
-    if dq_cfg:
-        dq_cfg["TMA"] = dq_cfg.get("TMA", False) and prob.tma_ready(k, v)
+    dkdv_cfg = prob.tiles(configs[0], q, do)
+    dq_cfg = prob.tiles(configs[1], k, v) if configs[1] else None
     (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(
         q, k, v, prob, atomic)
     # each row's (log2 lse, delta), at twice the row's offset in lse (hence lse contiguous)
