@@ -1,8 +1,10 @@
 """Masked language modeling (BERT): loss on masked positions only; logs masked accuracy.
 
 Batch: {"input_ids", "attention_mask" (True = real token), "labels" (-100 where not masked),
-optional "token_type_ids", optional "next_sentence_label" (with model.nsp)}.
-The MLM head runs only on the masked positions (as MLPerf BERT does).
+optional "mlm_positions" (the masked positions of the flattened batch), optional "token_type_ids",
+optional "next_sentence_label" (with model.nsp)}.
+The MLM head runs only on the masked positions (as MLPerf BERT does). Without "mlm_positions" they
+are found on the device, where counting them makes the host wait for the encoder.
 """
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ class MaskedLMTask(TaskModule):
         model = self.model
         encode = self._compiled if self._compiled is not None else model.encode
         hidden = encode(ids, mask, types)
-        sel = labels != -100
-        mlm_logits = model.mlm_logits(hidden[sel])
-        mlm_labels = labels[sel]
+        positions = batch_get(batch, "mlm_positions")
+        if positions is None:
+            positions = labels.flatten().ne(-100).nonzero().squeeze(1)
+        mlm_logits = model.mlm_logits(hidden.flatten(0, 1).index_select(0, positions))
+        mlm_labels = labels.flatten().index_select(0, positions)
         nsp = model.nsp_logits(hidden)
         loss = F.cross_entropy(mlm_logits.float(), mlm_labels)
         nsp_label = batch_get(batch, "next_sentence_label", "nsp_labels")

@@ -49,6 +49,13 @@ def test_masking_statistics_and_special_tokens():
     assert torch.equal(ids[~chosen], plain[~chosen])
 
 
+def test_mlm_positions_list_the_masked_tokens():
+    batch = MLMCollator(1000, PAD, MASK, [PAD, UNK, CLS, SEP, MASK], seed=3)(_examples(8))
+    labels, positions = batch["labels"], batch["mlm_positions"]
+    assert positions.dtype == torch.int64 and len(positions) > 0
+    assert torch.equal(positions, (labels.flatten() != -100).nonzero().squeeze(1))
+
+
 def test_padding_attention_mask_and_cu_seqlens():
     examples = _examples(8)
     batch = MLMCollator(1000, PAD, MASK, [PAD, UNK, CLS, SEP, MASK], pad_to_multiple_of=8)(examples)
@@ -104,8 +111,8 @@ def test_mlm_datamodule_end_to_end(tiny_corpus, tmp_path, monkeypatch):
     assert torch.equal(next(iter(loader))["input_ids"], batch["input_ids"])  # masks are reproducible
     loader.sampler.set_epoch(1)
     assert not torch.equal(next(iter(loader))["input_ids"], batch["input_ids"])
-    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels", "cu_seqlens",
-                          "max_seqlen", "next_sentence_label"}
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels",
+                          "mlm_positions", "cu_seqlens", "max_seqlen", "next_sentence_label"}
     assert batch["input_ids"].shape[0] == 8 and batch["input_ids"].shape[1] <= 32
     assert (batch["input_ids"][:, 0] == dm.cls_id).all()
     assert (batch["labels"] != -100).any()

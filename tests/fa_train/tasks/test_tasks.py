@@ -137,6 +137,25 @@ def test_mlm_task_masked_accuracy():
     assert 0.0 <= float(t.callback_metrics["val/mlm_acc"]) <= 1.0
 
 
+def test_mlm_task_positions_given_or_found_give_the_same_loss():
+    dm = FakeMLMDataModule(batch_size=4, seq_len=16, vocab_size=40)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    model = BertForPreTraining(vocab_size=40, max_seq_len=16, n_layer=1, n_head=2, d_model=32,
+                               d_ff=64, nsp=True, attention="sdpa").eval()
+    task = MaskedLMTask(model)
+    task.log = lambda *args, **kwargs: None
+    labels = batch["labels"]
+    positions = (labels.flatten() != -100).nonzero().squeeze(1)
+    assert torch.equal(task.step(dict(batch), "val"),
+                       task.step({**batch, "mlm_positions": positions}, "val"))
+    half = positions[: len(positions) // 2]  # the head sees only the listed positions
+    half_labels = torch.full_like(labels, -100).flatten()
+    half_labels[half] = labels.flatten()[half]
+    assert torch.equal(task.step({**batch, "mlm_positions": half}, "val"),
+                       task.step({**batch, "labels": half_labels.view_as(labels)}, "val"))
+
+
 @pytest.mark.parametrize("towers,multilabel", [(1, False), (2, False), (1, True)])
 def test_classification_tasks(towers, multilabel):
     dm = FakeClassificationDataModule(batch_size=4, seq_len=16, vocab_size=20, num_classes=4,
