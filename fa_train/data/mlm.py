@@ -13,10 +13,12 @@ trimmed to fit, and laid out ``[CLS] A [SEP] B [SEP]`` with ``token_type_ids`` 0
 Masking happens per batch in `MLMCollator` (every epoch masks anew, reproducibly): 15% of the
 non-special tokens are chosen; of those 80% become [MASK], 10% a random non-special token, 10% stay;
 ``labels`` hold the original ids there and -100 elsewhere, and ``mlm_positions`` lists the chosen
-positions of the flattened (B, T) batch (found on the host, so that the GPU never waits for the
-count). Batches are padded to the longest sequence (rounded up to
-``pad_to_multiple_of``) and carry ``attention_mask`` (bool, True = real token), plus ``cu_seqlens``
-((B+1,) int32, cumulative real lengths) and ``max_seqlen`` (int) for unpadded varlen attention.
+positions of the flattened (B, T) batch. Batches are padded to the longest sequence (rounded up to
+``pad_to_multiple_of``) and carry ``attention_mask`` (bool, True = real token), plus
+``token_positions`` (the real tokens' positions in the flattened batch), ``cu_seqlens`` ((B+1,)
+int32, cumulative real lengths) and ``max_seqlen`` (int) for unpadded varlen attention. Positions
+and lengths are found here, on the host, so that the training step never waits for the GPU to
+count them.
 """
 from __future__ import annotations
 
@@ -160,6 +162,7 @@ class MLMCollator:
         input_ids, labels = self.mask(ids, attention_mask, g)
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types, "labels": labels,
                  "mlm_positions": labels.flatten().ne(-100).nonzero().squeeze(1),
+                 "token_positions": attention_mask.flatten().nonzero().squeeze(1),
                  "cu_seqlens": torch.nn.functional.pad(lens.cumsum(0, dtype=torch.int32), (1, 0)),
                  "max_seqlen": int(lens.max())}
         if self.nsp:

@@ -83,7 +83,10 @@ class BertForPreTraining(nn.Module):
             return self.attention.supports_varlen(device) and not torch.compiler.is_compiling()
         return bool(self.config.unpad)
 
-    def encode(self, input_ids, attention_mask=None, token_type_ids=None):
+    def encode(self, input_ids, attention_mask=None, token_type_ids=None, packing=None):
+        """Padded (B, N, D) hidden states. packing: (positions of the real tokens in the flattened
+        batch, cu_seqlens, max_seqlen) as the batch computed them on the host, for the unpadded
+        path; without it they are found on the device, where the count makes the host wait."""
         b, n = input_ids.shape
         if n > self.config.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds model.max_seq_len {self.config.max_seq_len}")
@@ -97,7 +100,11 @@ class BertForPreTraining(nn.Module):
             return self.encoder(x)
         mask = attention_mask.to(torch.bool)
         if self._use_unpad(input_ids.device):
-            xu, idx, cu, mx = unpad_input(x, mask)
+            if packing is None:
+                xu, idx, cu, mx = unpad_input(x, mask)
+            else:
+                idx, cu, mx = packing
+                xu = x.flatten(0, 1).index_select(0, idx)
             h = self.encoder(xu, cu_seqlens=cu, max_seqlen=mx)
             return pad_input(h, idx, b, n)
         return self.encoder(x, key_padding_mask=mask)

@@ -1,10 +1,11 @@
 """Masked language modeling (BERT): loss on masked positions only; logs masked accuracy.
 
 Batch: {"input_ids", "attention_mask" (True = real token), "labels" (-100 where not masked),
-optional "mlm_positions" (the masked positions of the flattened batch), optional "token_type_ids",
-optional "next_sentence_label" (with model.nsp)}.
-The MLM head runs only on the masked positions (as MLPerf BERT does). Without "mlm_positions" they
-are found on the device, where counting them makes the host wait for the encoder.
+optional "mlm_positions" (the masked positions of the flattened batch), optional
+"token_positions", "cu_seqlens" and "max_seqlen" (the real tokens' positions and lengths, for the
+unpadded encoder), optional "token_type_ids", optional "next_sentence_label" (with model.nsp)}.
+The MLM head runs only on the masked positions (as MLPerf BERT does). Positions a batch does not
+list are found on the device, where counting them makes the host wait for the GPU.
 """
 from __future__ import annotations
 
@@ -26,8 +27,12 @@ class MaskedLMTask(TaskModule):
         labels = batch_get(batch, "labels", index=1)
         types = batch_get(batch, "token_type_ids")
         model = self.model
-        encode = self._compiled if self._compiled is not None else model.encode
-        hidden = encode(ids, mask, types)
+        if self._compiled is not None:  # runs padded: a packed layout's token count would vary
+            hidden = self._compiled(ids, mask, types)
+        else:
+            packing = (batch_get(batch, "token_positions"), batch_get(batch, "cu_seqlens"),
+                       batch_get(batch, "max_seqlen"))
+            hidden = model.encode(ids, mask, types, packing=None if None in packing else packing)
         positions = batch_get(batch, "mlm_positions")
         if positions is None:
             positions = labels.flatten().ne(-100).nonzero().squeeze(1)

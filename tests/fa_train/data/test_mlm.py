@@ -49,11 +49,14 @@ def test_masking_statistics_and_special_tokens():
     assert torch.equal(ids[~chosen], plain[~chosen])
 
 
-def test_mlm_positions_list_the_masked_tokens():
+def test_positions_of_masked_and_real_tokens():
     batch = MLMCollator(1000, PAD, MASK, [PAD, UNK, CLS, SEP, MASK], seed=3)(_examples(8))
     labels, positions = batch["labels"], batch["mlm_positions"]
     assert positions.dtype == torch.int64 and len(positions) > 0
     assert torch.equal(positions, (labels.flatten() != -100).nonzero().squeeze(1))
+    tokens = batch["token_positions"]
+    assert torch.equal(tokens, batch["attention_mask"].flatten().nonzero().squeeze(1))
+    assert len(tokens) == batch["cu_seqlens"][-1]
 
 
 def test_padding_attention_mask_and_cu_seqlens():
@@ -112,7 +115,8 @@ def test_mlm_datamodule_end_to_end(tiny_corpus, tmp_path, monkeypatch):
     loader.sampler.set_epoch(1)
     assert not torch.equal(next(iter(loader))["input_ids"], batch["input_ids"])
     assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels",
-                          "mlm_positions", "cu_seqlens", "max_seqlen", "next_sentence_label"}
+                          "mlm_positions", "token_positions", "cu_seqlens", "max_seqlen",
+                          "next_sentence_label"}
     assert batch["input_ids"].shape[0] == 8 and batch["input_ids"].shape[1] <= 32
     assert (batch["input_ids"][:, 0] == dm.cls_id).all()
     assert (batch["labels"] != -100).any()

@@ -80,6 +80,22 @@ def test_bert_padded_unpadded_and_impls_agree():
     torch.testing.assert_close(ls[mask], logits[mask], atol=1e-5, rtol=1e-5)
 
 
+def test_bert_packing_from_the_batch_replaces_unpadding(monkeypatch):
+    import fa_train.models.bert as bert_module
+
+    m = _bert()
+    m.config.unpad = True
+    ids = torch.randint(0, 50, (3, 16))
+    mask = torch.arange(16)[None] < torch.tensor([16, 9, 4])[:, None]
+    ref = m.encode(ids, mask)
+    lengths = mask.sum(1, dtype=torch.int32)
+    packing = (mask.flatten().nonzero().squeeze(1),
+               torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)),
+               int(lengths.max()))
+    monkeypatch.setattr(bert_module, "unpad_input", None)  # must not be needed
+    assert torch.equal(m.encode(ids, mask, packing=packing), ref)
+
+
 def _lra(**kw):
     torch.manual_seed(0)
     base = dict(num_classes=3, vocab_size=20, max_seq_len=64, n_layer=2, n_head=2, d_model=32,
