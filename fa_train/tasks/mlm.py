@@ -32,7 +32,8 @@ class MaskedLMTask(TaskModule):
         else:
             packing = (batch_get(batch, "token_positions"), batch_get(batch, "cu_seqlens"),
                        batch_get(batch, "max_seqlen"))
-            hidden = model.encode(ids, mask, types, packing=None if None in packing else packing)
+            complete = all(p is not None for p in packing)
+            hidden = model.encode(ids, mask, types, packing=packing if complete else None)
         positions = batch_get(batch, "mlm_positions")
         if positions is None:
             positions = labels.flatten().ne(-100).nonzero().squeeze(1)
