@@ -154,6 +154,16 @@ def test_mlm_task_positions_given_or_found_give_the_same_loss():
     half_labels[half] = labels.flatten()[half]
     assert torch.equal(task.step({**batch, "mlm_positions": half}, "val"),
                        task.step({**batch, "labels": half_labels.view_as(labels)}, "val"))
+    model.config.unpad = True  # the encoder unpads with the batch's packing where it has one
+    lengths = batch["attention_mask"].sum(1, dtype=torch.int32)
+    packing = {"token_positions": batch["attention_mask"].flatten().nonzero().squeeze(1),
+               "cu_seqlens": torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)),
+               "max_seqlen": int(lengths.max())}
+    unpadded = task.step(dict(batch), "val")
+    packing["token_positions"] = packing["token_positions"].flip(0)  # a wrong order shows
+    assert not torch.equal(task.step({**batch, **packing}, "val"), unpadded)
+    packing["token_positions"] = packing["token_positions"].flip(0)
+    assert torch.equal(task.step({**batch, **packing}, "val"), unpadded)
 
 
 @pytest.mark.parametrize("towers,multilabel", [(1, False), (2, False), (1, True)])
