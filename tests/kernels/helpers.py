@@ -1,6 +1,7 @@
 """Shared helpers for kernel tests: random inputs, float64 references, relative errors."""
 import torch
 
+from kernels import flash_attn as fa
 from kernels import reference_attention, tuning
 
 
@@ -54,3 +55,14 @@ def backward_path(monkeypatch, deterministic):
     if not deterministic:
         monkeypatch.setattr(tuning, "atomic_dq", lambda dropout_p, block_d: True)
     return deterministic
+
+
+def record_launches(monkeypatch):
+    """Record every attention kernel launch as (kernel name, launch config); returns the list."""
+    launched, launch = [], fa._launch
+
+    def recording(kernel, grid, args, config, **flags):
+        launched.append((kernel.fn.__name__, config))
+        return launch(kernel, grid, args, config, **flags)
+    monkeypatch.setattr(fa, "_launch", recording)
+    return launched

@@ -8,7 +8,7 @@ from kernels import flash_attn as fa
 from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
                      reference_attention)
 from tests.kernels.helpers import (assert_close_to_reference, backward_path, qkv,
-                                   reference_with_grads, rel_err, run_with_grads)
+                                   record_launches, reference_with_grads, rel_err, run_with_grads)
 
 TOL32 = 1e-4  # float32 inputs: interpreter dots are exact float32
 
@@ -202,12 +202,11 @@ def test_dropout_uniforms_are_independent_across_neighbouring_keys():
     (0.0, False, True), (0.2, False, False), (0.2, True, True)])
 def test_backward_adds_dq_with_atomics_only_with_dropout_and_when_allowed(
         dropout_p, deterministic, dq_pass, monkeypatch):
-    launched, launch = [], fa._launch
-    monkeypatch.setattr(fa, "_launch", lambda kernel, *args, **kwargs: (
-        launched.append(kernel.fn.__name__), launch(kernel, *args, **kwargs))[1])
+    launches = record_launches(monkeypatch)
     tensors = qkv(1, 40, 40, 2, 2, 16)
     run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, dropout_p=dropout_p,
                                                    deterministic=deterministic), tensors)
+    launched = [name for name, _ in launches]
     assert ("_bwd_dq_kernel" in launched) == dq_pass, launched
 
 
@@ -221,16 +220,11 @@ def test_backward_is_bitwise_deterministic():
         assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
 
 
-def _tma_interpreter_tiles(monkeypatch, tma, launched):
-    """Interpreter tiles with TMA loads on or off; records each launch's TMA flag."""
+def _tma_interpreter_tiles(monkeypatch, tma):
+    """Interpreter tiles with TMA loads on or off; returns the recorded launches."""
     tiles = dict(fa.tuning._interpreter_config(), TMA=tma)
     monkeypatch.setattr(fa.tuning, "_interpreter_config", lambda: dict(tiles))
-    launch = fa._launch
-
-    def recording(kernel, grid, args, config, **flags):
-        launched.append(config.get("TMA"))
-        return launch(kernel, grid, args, config, **flags)
-    monkeypatch.setattr(fa, "_launch", recording)
+    return record_launches(monkeypatch)
 
 
 @pytest.mark.parametrize("varlen,seqlen_q,seqlen_k,head_dim,causal,dropout_p,group", [
@@ -257,11 +251,11 @@ def test_tma_loads_compute_what_pointer_loads_do(varlen, seqlen_q, seqlen_k, hea
     grad_out = torch.randn_like(tensors[0])
     results = {}
     for tma in (False, True):
-        launched = []
         with monkeypatch.context() as m:
-            _tma_interpreter_tiles(m, tma, launched)
+            launches = _tma_interpreter_tiles(m, tma)
             torch.manual_seed(0)  # the same dropout seed
             out, grads, _ = run_with_grads(call, tensors, grad_out)
+        launched = [config.get("TMA") for _, config in launches]
         assert launched == [tma] * 3  # forward, dQ pass, dK/dV pass
         results[tma] = [out, *grads]
     assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))

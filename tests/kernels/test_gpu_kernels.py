@@ -6,7 +6,7 @@ from kernels import (blocksparse_attn_func, dropout_mask, flash_attn_func,
                      flash_attn_qkvpacked_func, flash_attn_varlen_func, next_dropout_seed,
                      reference_attention)
 from kernels.layouts import butterfly_layout
-from tests.kernels.helpers import backward_path, rel_err
+from tests.kernels.helpers import backward_path, record_launches, rel_err
 
 pytestmark = pytest.mark.gpu
 BAND = {torch.bfloat16: 1e-2, torch.float16: 1e-2}
@@ -127,20 +127,17 @@ def test_tma_loads_match_pointer_loads(head_dim, monkeypatch):
     torch.manual_seed(9)
     q, k, v = _inputs(2, 4096, 8, 2, head_dim, torch.bfloat16)
     g = torch.randn_like(q)
-    launch, launched = fa._launch, []
-
-    def recording(kernel, grid, args, config, **flags):
-        launched.append(config["TMA"])
-        return launch(kernel, grid, args, config, **flags)
-    monkeypatch.setattr(fa, "_launch", recording)
+    launches = record_launches(monkeypatch)
 
     def run():
         out = flash_attn_func(q, k, v, causal=True, deterministic=True)
         return [out, *torch.autograd.grad(out, (q, k, v), g)]
     with_tma = run()
+    launched = [config["TMA"] for _, config in launches]
     assert launched == ([False, True, True] if head_dim == 64 else [True, False, False])
     monkeypatch.setattr(fa._Problem, "tma_ready", lambda self, *tensors: False)
     without = run()
+    launched = [config["TMA"] for _, config in launches]
     assert launched[3:] == [False] * 3
     assert all(torch.equal(a, b) for a, b in zip(with_tma, without))
 
