@@ -3,18 +3,20 @@
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
                                          [--butterfly K] [--dropout P] [--batch B] [--heads H]
-                                         [--tma]
+                                         [--tma | --loads ptr,tma] [--max-tiles N] [--rounds R]
 Shapes default to batch x seqlen = 16K tokens and heads x head_dim = 2048 (the benchmark's);
 --batch and --heads set them (GPT-2 small: --batch 16 --heads 12 --seqlen 1024).
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
 blocks (tiles then fit in the layout's blocks); --dropout P times them with dropout (one seed);
 --tma loads the swept kernels' streamed tiles through TMA descriptors (the reference configs stay
-on pointer loads).
+on pointer loads); --loads ptr,tma sweeps every tile both ways. --max-tiles N sweeps the first N
+tiles of each list; --rounds R times every configuration R times in turn and keeps the median.
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
 """
 import argparse
 import json
 import pathlib
+import statistics
 
 import torch
 import triton
@@ -47,6 +49,13 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def candidates(args, tables):
+    """(kind, tile, tma) of every swept configuration, in sweep order."""
+    loads = [name == "tma" for name in args.loads.split(",")]
+    return [(kind, t, tma) for kind in args.kinds.split(",")
+            for t in tables[kind][:args.max_tiles or None] for tma in loads]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
@@ -58,12 +67,21 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
     ap.add_argument("--batch", type=int, default=0, help="batch size (0: 16K tokens / seqlen)")
     ap.add_argument("--heads", type=int, default=0, help="heads (0: 2048 / head dim)")
-    ap.add_argument("--tma", action="store_true", help="swept configs load through TMA descriptors")
+    ap.add_argument("--tma", action="store_true", help="same as --loads tma")
+    ap.add_argument("--loads", default="ptr", help="comma list of ptr (pointer loads) and tma")
+    ap.add_argument("--max-tiles", type=int, default=0, help="sweep the first N tiles of each list")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="timing rounds over all configurations (median kept)")
     args = ap.parse_args()
+    if args.tma:
+        args.loads = "tma"
+    if not set(args.loads.split(",")) <= {"ptr", "tma"}:
+        ap.error(f"--loads takes ptr and tma, got {args.loads!r}")
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     n = args.seqlen
+    tables = {"fwd": FWD, "dkdv": DKDV, "dq": DQ, "dkdv_atomic": DKDV_ATOMIC}
     for d in map(int, args.head_dims.split(",")):
         heads, batch = args.heads or 2048 // d, args.batch or max(1, 16384 // n)
         for causal in (c == "1" for c in args.causal.split(",")):
@@ -82,32 +100,41 @@ def main():
             ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
             ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
             fl_f = density * attention_flops(batch, n, n, heads, d, causal, "fwd")
-            tables = {"fwd": FWD, "dkdv": DKDV, "dq": DQ, "dkdv_atomic": DKDV_ATOMIC}
-            for kind in args.kinds.split(","):
-                table = tables[kind]
-                for t in table:
-                    try:
-                        if kind == "fwd":
-                            o, _ = fa._forward(q, k, v, prob, cfg(t, args.tma))
-                            err = (o.float() - ref_o.float()).abs().max().item()
-                            ms = bench(lambda: fa._forward(q, k, v, prob, cfg(t, args.tma)))
-                            tf = fl_f / ms / 1e9
-                        else:
-                            swept = cfg(t, args.tma)
-                            cfgs = (cfg(DKDV[0]), swept) if kind == "dq" else (swept, cfg(DQ[0]))
-                            atomic = kind == "dkdv_atomic"
-                            g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
-                                             atomic=atomic)
-                            err = max((a.float() - b.float()).abs().max().item() for a, b in zip(g, ref_g))
-                            ms = bench(lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob,
-                                                            configs=cfgs, atomic=atomic))
-                            tf = None
-                    except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a result
-                        rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, error=str(exc)[:200]))
-                        print(d, causal, kind, t, "ERROR", str(exc)[:100], flush=True)
-                        continue
-                    rows.append(dict(d=d, causal=causal, kind=kind, cfg=t, ms=ms, tflops=tf, maxdiff=err))
-                    print(d, causal, kind, t, f"{ms:.3f} ms", f"{tf:.0f} TF/s" if tf else "", f"diff {err:.3g}", flush=True)
+
+            def call(kind, t, tma):
+                swept = cfg(t, tma)
+                if kind == "fwd":
+                    return lambda: fa._forward(q, k, v, prob, swept)[:1]
+                cfgs = (cfg(DKDV[0]), swept) if kind == "dq" else (swept, cfg(DQ[0]))
+                return lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
+                                            atomic=kind == "dkdv_atomic")
+
+            timed = []
+            for kind, t, tma in candidates(args, tables):
+                row = dict(d=d, causal=causal, kind=kind, cfg=t, tma=tma)
+                try:
+                    fn = call(kind, t, tma)
+                    ref = [ref_o] if kind == "fwd" else ref_g
+                    row["maxdiff"] = max((a.float() - b.float()).abs().max().item()
+                                         for a, b in zip(fn(), ref))
+                except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a result
+                    row["error"] = str(exc)[:200]
+                    print(d, causal, kind, t, "tma" if tma else "ptr", "ERROR", str(exc)[:100],
+                          flush=True)
+                else:
+                    row["all_ms"] = []
+                    timed.append((row, fn))
+                rows.append(row)
+            # every round times each configuration once, so drifting clocks touch all alike
+            for _ in range(args.rounds):
+                for row, fn in timed:
+                    row["all_ms"].append(bench(fn))
+            for row, _ in timed:
+                row["ms"] = statistics.median(row["all_ms"])
+                row["tflops"] = fl_f / row["ms"] / 1e9 if row["kind"] == "fwd" else None
+                print(d, causal, row["kind"], row["cfg"], "tma" if row["tma"] else "ptr",
+                      f"{row['ms']:.3f} ms", f"{row['tflops']:.0f} TF/s" if row["tflops"] else "",
+                      f"diff {row['maxdiff']:.3g}", flush=True)
             # dense peers for orientation
             qt, kt, vt = [x.transpose(1, 2) for x in (q, k, v)]
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -125,12 +152,13 @@ def main():
                         best[r["kind"]] = r
             # each backward row times a whole backward
             print(f"BEST d={d} causal={causal}: " + "; ".join(
-                f"{kind} {r['cfg']} {r['ms']:.3f} ms" for kind, r in best.items()), flush=True)
-    (out_dir / "tune.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
-                                                      seqlen=n, batch=args.batch, heads=args.heads,
-                                                      butterfly=args.butterfly,
-                                                      dropout=args.dropout, tma=args.tma,
-                                                      rows=rows), indent=1))
+                f"{kind} {r['cfg']} {'tma' if r['tma'] else 'ptr'} {r['ms']:.3f} ms"
+                for kind, r in best.items()), flush=True)
+            # written after every case, so that a run stopped early keeps what it measured
+            (out_dir / "tune.json").write_text(json.dumps(dict(
+                device=torch.cuda.get_device_name(), seqlen=n, batch=args.batch, heads=args.heads,
+                butterfly=args.butterfly, dropout=args.dropout, loads=args.loads,
+                rounds=args.rounds, rows=rows), indent=1))
 
 
 if __name__ == "__main__":
