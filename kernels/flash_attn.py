@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import _get_current_dispatch_mode
@@ -149,11 +150,15 @@ def _listed_tile(LIST, blk, t, t_hi, LAYOUT_BLOCK: tl.constexpr, TILE: tl.conste
 
 @triton.jit
 def _row_source(base, stride, n_rows, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-                BLOCK_D: tl.constexpr, TMA: tl.constexpr):
-    """What a loop reads blocks of one head's rows from: `base` itself, or with TMA a tensor
-    descriptor over its n_rows x HEAD_DIM elements (loads through the copy engine, zeros outside)."""
+                BLOCK_D: tl.constexpr, TMA: tl.constexpr, desc, b, h):
+    """What a loop reads blocks of one head's rows from (TMA as in `tuning.TMA_MODES`): `base`
+    itself (0); a tensor descriptor over its n_rows x HEAD_DIM elements, made by this program (1);
+    or the launcher's (batch, seq, heads, d) descriptor `desc` with this program's batch b and
+    head h (2). Descriptors load through the copy engine, zeros outside."""
     src = base
-    if TMA:
+    if TMA == 2:
+        src = (desc, b, h)
+    elif TMA == 1:
         src = tl.make_tensor_descriptor(base, [n_rows, HEAD_DIM], [stride, 1],
                                         [BLOCK_ROWS, BLOCK_D])
     return src
@@ -164,7 +169,9 @@ def _load_rows(src, start, offs, offs_d, stride, n_rows, HEAD_DIM: tl.constexpr,
                MASKED: tl.constexpr, TMA: tl.constexpr):
     """Rows [start, start + len(offs)) of a `_row_source`, zeros past n_rows (checked only when
     MASKED) and past HEAD_DIM."""
-    if TMA:
+    if TMA == 2:
+        x = src[0].load([src[1], start, src[2], 0]).reshape(offs.shape[0], offs_d.shape[0])
+    elif TMA == 1:
         x = src.load([start, 0])
     else:
         rows = start + offs
@@ -223,7 +230,7 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                 stride_vb, stride_vn, stride_vh, stride_slot, stride_ob, stride_on, stride_oh,
                 stride_lb, stride_lh, stride_mb,
-                seqlen_q, seqlen_k, n_heads, group_size, qk_scale, dropout_p, SEED,
+                seqlen_q, seqlen_k, n_heads, group_size, qk_scale, dropout_p, SEED, DESC1, DESC2,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
@@ -252,8 +259,10 @@ def _fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
-    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
-    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA, DESC1, b,
+                        h // group_size)
+    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA, DESC2, b,
+                        h // group_size)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -417,7 +426,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
                      stride_dqb, stride_dqn, stride_dqh, stride_slot,
                      stride_lb, stride_lh, stride_mb,
                      seqlen_q, seqlen_k, n_heads_kv, group_size, sm_scale, qk_scale,
-                     dropout_p, SEED,
+                     dropout_p, SEED, DESC1, DESC2,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
@@ -469,8 +478,10 @@ def _bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, C
         bh = b * (n_heads_kv * group_size) + h
         q_base = Q + b * stride_qb + q_start * stride_qn + h * stride_qh
         do_base = DO + b * stride_db + q_start * stride_dn + h * stride_dh
-        q_src = _row_source(q_base, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
-        do_src = _row_source(do_base, stride_dn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
+        q_src = _row_source(q_base, stride_qn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA, DESC1,
+                            b, h)
+        do_src = _row_source(do_base, stride_dn, seqlen_q, HEAD_DIM, BLOCK_M, BLOCK_D, TMA, DESC2,
+                             b, h)
         stats_base = _row_stats_base(STATS, b, h, q_start, stride_lb, stride_lh)
         dq_base = DQ + b * stride_dqb + q_start * stride_dqn + h * stride_dqh
         if SPARSE:
@@ -532,7 +543,7 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
                    stride_ob, stride_on, stride_oh,
                    stride_dqb, stride_dqn, stride_dqh, stride_slot, stride_lb, stride_lh, stride_mb,
                    seqlen_q, seqlen_k, n_heads, group_size, sm_scale, qk_scale, dropout_p, SEED,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   DESC1, DESC2, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
@@ -565,8 +576,10 @@ def _bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW
     lse = _log2_lse(lse)
     k_base = K + b * stride_kb + k_start * stride_kn + (h // group_size) * stride_kh
     v_base = V + b * stride_vb + k_start * stride_vn + (h // group_size) * stride_vh
-    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
-    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    k_src = _row_source(k_base, stride_kn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA, DESC1, b,
+                        h // group_size)
+    v_src = _row_source(v_base, stride_vn, seqlen_k, HEAD_DIM, BLOCK_N, BLOCK_D, TMA, DESC2, b,
+                        h // group_size)
     kpm_ptr = KPM  # batch b's row of the key-padding mask (None without one)
     if HAS_KPM:
         kpm_ptr = KPM + b * stride_mb
@@ -692,8 +705,15 @@ class _Problem:
 
     def tiles(self, config, *streamed):
         """`config` fitted to this call: tiles of a block-sparse call inside the layout's blocks
-        (LAYOUT_BLOCK); TMA loads kept only where the `streamed` tensors allow them."""
-        config = dict(config, TMA=config.get("TMA", False) and self.tma_ready(*streamed))
+        (LAYOUT_BLOCK); TMA loads kept only where the `streamed` tensors allow them, and the
+        launcher's descriptors only for (batch, seq, heads, d) tensors of their own (not varlen,
+        not packed)."""
+        tma = config.get("TMA", tuning.POINTER_LOADS)
+        if not self.tma_ready(*streamed):
+            tma = tuning.POINTER_LOADS
+        if tma == tuning.HOST_DESCRIPTORS and (self.varlen or self.packed is not None):
+            tma = tuning.POINTER_LOADS
+        config = dict(config, TMA=tma)
         if self.sparse is None:
             return dict(config, LAYOUT_BLOCK=1)
         block = self.sparse.block
@@ -727,7 +747,7 @@ _STAGE_CAPS = {}  # (kernel, tile config) -> pipeline depth that fit in shared m
 
 def _launch(kernel, grid, args, config, **flags):
     """Launch `kernel`; if its pipeline does not fit in shared memory, retry with fewer stages."""
-    if config.get("TMA"):
+    if config.get("TMA") == tuning.PROGRAM_DESCRIPTORS:
         _ensure_scratch_allocator()
     key = (kernel.fn.__name__, tuple(sorted(config.items())), tuple(sorted(flags.items())))
     config = dict(config, num_stages=_STAGE_CAPS.get(key, config["num_stages"]))
@@ -741,6 +761,14 @@ def _launch(kernel, grid, args, config, **flags):
             _STAGE_CAPS[key] = config["num_stages"]
 
 
+def _host_descs(config, rows, *tensors):
+    """The kernel's DESC1, DESC2: with host descriptors (`tuning.TMA_MODES`) one per streamed
+    (batch, seq, heads, d) tensor, loading `rows` x d tiles of one head; else None."""
+    if config.get("TMA") != tuning.HOST_DESCRIPTORS:
+        return (None,) * len(tensors)
+    return tuple(TensorDescriptor.from_tensor(t, [1, rows, 1, t.shape[-1]]) for t in tensors)
+
+
 def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
     config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
@@ -752,7 +780,8 @@ def _forward(q, k, v, prob, config=None):
             *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
             prob.slot_stride, *_strides(o, prob.varlen), *prob.lse_strides(lse),
             prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group,
-            prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
+            prob.sm_scale * LOG2E, prob.dropout_p, prob.seed,
+            *_host_descs(config, config["BLOCK_N"], k, v))
     _launch(_fwd_kernel, grid, args, config, REVERSE=prob.causal and sp is None, **prob.flags())
     return o, lse
 
@@ -813,7 +842,8 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
                    *prob.lists(rows=True), *common,
                    *_strides(o, prob.varlen), *dq_strides, prob.slot_stride, *lse_strides,
                    prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group,
-                   prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
+                   prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed,
+                   *_host_descs(dq_cfg, dq_cfg["BLOCK_N"], k, v))
         _launch(_bwd_dq_kernel, (_cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]),
                                  prob.batch * prob.heads),
                 dq_args, dq_cfg, REVERSE=prob.causal and sp is None, **flags)
@@ -821,7 +851,8 @@ def _backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomi
                  *prob.lists(rows=False), *common,
                  *dk_strides, *dv_strides, *dq_strides, prob.slot_stride, *lse_strides,
                  prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group,
-                 prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed)
+                 prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed,
+                 *_host_descs(dkdv_cfg, dkdv_cfg["BLOCK_M"], q, do))
     _launch(_bwd_dkdv_kernel, (_cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
                                prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg,
             ATOMIC_DQ=atomic, **flags)

@@ -8,6 +8,13 @@ from kernels.torch_ops import interpreting
 
 INTERPRETER_TILE = 32
 
+# How a kernel loads its streamed tiles (the `TMA` launch parameter): pointer loads; TMA copies
+# through a tensor descriptor that each program makes (device-side: it costs each program a
+# descriptor write and fence, felt where programs walk few tiles); or through descriptors the
+# launcher makes on the host, one per tensor, for (batch, seq, heads, d) tensors only
+POINTER_LOADS, PROGRAM_DESCRIPTORS, HOST_DESCRIPTORS = 0, 1, 2
+TMA_MODES = (POINTER_LOADS, PROGRAM_DESCRIPTORS, HOST_DESCRIPTORS)
+
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by head-dim bucket; H100 sweeps of 2026-11-22 at
 # N = 1024-16384 (kernels/NOTES.md, rounds 1, 13 and 16). Causal calls at d = 128 took 128 x 64
 # tiles until round 24's TMA loads made 128 x 128 faster for them too.
@@ -25,19 +32,23 @@ _DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128,
 _FORWARD_SPARSE = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
 _DQ_SPARSE = {64: (64, 64, 4, 3)}
 # head-dim buckets whose dense kernels load their streamed tiles (K and V in the forward and dQ
-# passes, Q and dO in the dK/dV pass) through TMA descriptors: H100 A/Bs of round 24, forward
+# passes, Q and dO in the dK/dV pass) through per-program descriptors: H100 A/Bs of round 24
+# (host descriptors measured level in the forward and slower in the backward in round 26), forward
 # 1.07-1.14x at d = 128 without a causal mask (level with one; slower at d = 64 and with the short
 # causal tiles); backward 1.03-1.09x at d = 64 from N = 4K, without dQ atomics (slower at N = 1K,
 # at d = 128 and with atomics)
 _TMA_FORWARD = {128}
 _TMA_BACKWARD = {64}
+# block-sparse forward calls through host descriptors: H100 A/B of round 26 (butterfly layouts,
+# N = 16K), 1.13-1.14x at d = 128 (per-program descriptors 0.97-1.02x); 0.99-1.06x at d = 64
+_HOST_TMA_FORWARD_SPARSE = {128}
 
 
 def _bucket(block_d):
     return min(max(block_d, 16), 128)
 
 
-def _config(table, block_d, tma=False):
+def _config(table, block_d, tma=POINTER_LOADS):
     block_m, block_n, warps, stages = table[_bucket(block_d)]
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages,
             "TMA": tma}
@@ -45,13 +56,14 @@ def _config(table, block_d, tma=False):
 
 def _interpreter_config():
     tile = INTERPRETER_TILE
-    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1, "TMA": False}
+    return {"BLOCK_M": tile, "BLOCK_N": tile, "num_warps": 4, "num_stages": 1,
+            "TMA": POINTER_LOADS}
 
 
 def forward_config(block_d, causal, sparse=False, seqlen_q=None):
     """Launch parameters of the forward kernel (sparse: of a block-sparse call; seqlen_q: query
-    length, which picks smaller tiles for short causal calls). TMA: whether the kernel may load K
-    and V through tensor descriptors (the launcher also checks the tensors' alignment)."""
+    length, which picks smaller tiles for short causal calls). TMA: how the kernel loads K and V,
+    one of TMA_MODES (the launcher also checks that the tensors allow descriptors)."""
     if interpreting():
         return _interpreter_config()
     table = _FORWARD
@@ -59,8 +71,11 @@ def forward_config(block_d, causal, sparse=False, seqlen_q=None):
     if short:
         table = {**table, **_FORWARD_CAUSAL_SHORT}
     if sparse:
-        return _config({**table, **_FORWARD_SPARSE}, block_d)
-    return _config(table, block_d, tma=_bucket(block_d) in _TMA_FORWARD and not short)
+        host = _bucket(block_d) in _HOST_TMA_FORWARD_SPARSE
+        return _config({**table, **_FORWARD_SPARSE}, block_d,
+                       HOST_DESCRIPTORS if host else POINTER_LOADS)
+    tma = _bucket(block_d) in _TMA_FORWARD and not short
+    return _config(table, block_d, PROGRAM_DESCRIPTORS if tma else POINTER_LOADS)
 
 
 def atomic_dq(dropout_p, block_d):
@@ -83,4 +98,5 @@ def backward_configs(block_d, atomic=False, sparse=False, seqlen_q=None):
         return _config(_DKDV, block_d), _config({**_DQ, **_DQ_SPARSE}, block_d)
     tma = bool(_bucket(block_d) in _TMA_BACKWARD and seqlen_q is not None
                and seqlen_q > SHORT_SEQLEN)  # a plain bool where seqlen_q is symbolic
+    tma = PROGRAM_DESCRIPTORS if tma else POINTER_LOADS
     return _config(_DKDV, block_d, tma), _config(_DQ, block_d, tma)

@@ -5,7 +5,8 @@ it can issue those loads early; a load whose address waits on another load of th
 (an index read from memory) is left synchronous. This script compiles the forward, dK/dV and dQ
 kernels (dense and block-sparse, the tiles of kernels/tuning.py) for a target architecture without
 a GPU and, for every loop that multiplies tiles, reads the number of copies still in flight when
-the loop waits for its operands (Triton IR `async_wait {num = N}`; 0: no overlap).
+the loop waits for its operands (Triton IR `async_wait {num = N}`; for loops that load through TMA
+descriptors, the copies issued ahead of the loop per iteration's copies; 0: no overlap).
 
 Usage: python scripts/kernel_pipelining.py [--arch 90] [--head-dim 64] [--same-tiles] [--json]
 --same-tiles compiles the dense kernels with the block-sparse tiles too, so that the two rows of a
@@ -32,13 +33,17 @@ FLOATS = {"qk_scale", "sm_scale", "dropout_p"}
 LAYOUT_BLOCK = 128
 
 
-def _signature(kernel, constants):
+def _signature(kernel, constants, descriptors):
     """Argument types as the launcher would specialize them: 16-byte aligned pointers and
-    integers divisible by 16, except the GQA group size."""
+    integers divisible by 16, except the GQA group size; `descriptors` gives the types of
+    tensor-descriptor arguments."""
     signature, aligned = {}, []
     for i, name in enumerate(kernel.arg_names):
         if name in constants:
             signature[name] = "constexpr"
+            continue
+        if name in descriptors:
+            signature[name] = descriptors[name]
             continue
         if name in FLOATS:
             signature[name] = "fp32"
@@ -53,15 +58,26 @@ def _signature(kernel, constants):
     return signature, {(i,): [["tt.divisibility", 16]] for i in aligned}
 
 
+def _descriptors(kernel, config, constants):
+    """Types of the launcher's descriptor arguments (DESC1, DESC2): None unless the config loads
+    through host descriptors, whose tiles are one head's rows x BLOCK_D."""
+    if config.get("TMA") != tuning.HOST_DESCRIPTORS:
+        return {}, {"DESC1": None, "DESC2": None}
+    rows = config["BLOCK_M"] if kernel is fa._bwd_dkdv_kernel else config["BLOCK_N"]
+    desc = f"tensordesc<bf16[1,{rows},1,{constants['BLOCK_D']}]>"
+    return {"DESC1": desc, "DESC2": desc}, {}
+
+
 def compile_kernel(kernel, config, constants, arch):
     """`kernel` compiled for `arch` with launch `config` and constexpr `constants` (its `asm`
     holds every stage: ttgir, ptx, cubin)."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise RuntimeError("unset TRITON_INTERPRET: the interpreter replaces Triton's compiler")
-    constants = dict(constants, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-                     TMA=config.get("TMA", False))
+    descriptors, unused = _descriptors(kernel, config, constants)
+    constants = dict(constants, **unused, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
+                     TMA=config.get("TMA", tuning.POINTER_LOADS))
     constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
-    signature, attrs = _signature(kernel, constants)
+    signature, attrs = _signature(kernel, constants, descriptors)
     index = {name: i for i, name in enumerate(kernel.arg_names)}
     source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
                        constexprs={(index[k],): v for k, v in constants.items()})
@@ -69,9 +85,28 @@ def compile_kernel(kernel, config, constants, arch):
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
+TMA_COPY = "async_tma_copy_global_to_local"
+
+
+def _tma_tiles_ahead(lines, indent, i, body):
+    """For a loop at line i that loads through TMA: the copies its prologue issued (lines of the
+    loop's own level since the previous loop there) over those one iteration issues, i.e. the
+    tiles in flight when it first waits (None without TMA copies in the body)."""
+    per_iteration = sum(TMA_COPY in b for b in body)
+    if not per_iteration:
+        return None
+    issued = 0
+    for j in range(i - 1, -1, -1):
+        if indent[j] < indent[i] or (indent[j] == indent[i] and "scf.for" in lines[j]):
+            break
+        issued += indent[j] == indent[i] and TMA_COPY in lines[j]
+    return issued // per_iteration
+
+
 def loop_waits(ttgir):
     """For each `scf.for` whose body (not counting inner loops) holds a tile matmul: the
-    in-flight count of its first `async_wait` (None when it never waits on a copy)."""
+    in-flight count of its first `async_wait`, or for a loop that loads through TMA the tiles its
+    prologue issued ahead (None when it never waits on a copy)."""
     lines = ttgir.splitlines()
     indent = [len(line) - len(line.lstrip()) for line in lines]
     waits = []
@@ -88,7 +123,7 @@ def loop_waits(ttgir):
             continue
         nums = [int(m.group(1)) for b in body if "async_wait" in b
                 for m in [re.search(r"\{num = (\d+)", b)] if m]
-        waits.append(nums[0] if nums else None)
+        waits.append(nums[0] if nums else _tma_tiles_ahead(lines, indent, i, body))
     return waits
 
 

@@ -3,14 +3,17 @@
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
                                          [--butterfly K] [--dropout P] [--batch B] [--heads H]
-                                         [--tma | --loads ptr,tma] [--max-tiles N] [--rounds R]
+                                         [--tma | --loads ptr,tma,host] [--max-tiles N]
+                                         [--rounds R]
 Shapes default to batch x seqlen = 16K tokens and heads x head_dim = 2048 (the benchmark's);
 --batch and --heads set them (GPT-2 small: --batch 16 --heads 12 --seqlen 1024).
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
 blocks (tiles then fit in the layout's blocks); --dropout P times them with dropout (one seed);
---tma loads the swept kernels' streamed tiles through TMA descriptors (the reference configs stay
-on pointer loads); --loads ptr,tma sweeps every tile both ways. --max-tiles N sweeps the first N
-tiles of each list; --rounds R times every configuration R times in turn and keeps the median.
+--tma loads the swept kernels' streamed tiles through TMA descriptors that each program makes (the
+reference configs stay on pointer loads); --loads sweeps every tile in each listed way: ptr
+(pointer loads), tma (per-program descriptors), host (the launcher's descriptors).
+--max-tiles N sweeps the first N tiles of each list; --rounds R times every configuration R times
+in turn and keeps the median.
 Writes OUT_DIR/tune.json; the chosen table goes into kernels/tuning.py by hand review.
 """
 import argparse
@@ -23,6 +26,7 @@ import triton
 
 from kernels import BlockSparseIndex
 from kernels import flash_attn as fa
+from kernels import tuning
 from kernels.layouts import butterfly_layout
 from fa_train.metrics.flops import attention_flops
 
@@ -41,7 +45,13 @@ DQ = [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 8, 4), (128, 
       (64, 64, 4, 2)]
 
 
-def cfg(t, tma=False):
+LOADS = {"ptr": tuning.POINTER_LOADS, "tma": tuning.PROGRAM_DESCRIPTORS,
+         "host": tuning.HOST_DESCRIPTORS}
+
+LOAD_NAMES = {mode: name for name, mode in LOADS.items()}
+
+
+def cfg(t, tma=tuning.POINTER_LOADS):
     return {"BLOCK_M": t[0], "BLOCK_N": t[1], "num_warps": t[2], "num_stages": t[3], "TMA": tma}
 
 
@@ -51,7 +61,7 @@ def bench(fn):
 
 def candidates(args, tables):
     """(kind, tile, tma) of every swept configuration, in sweep order."""
-    loads = [name == "tma" for name in args.loads.split(",")]
+    loads = [LOADS[name] for name in args.loads.split(",")]
     return [(kind, t, tma) for kind in args.kinds.split(",")
             for t in tables[kind][:args.max_tiles or None] for tma in loads]
 
@@ -68,15 +78,15 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="batch size (0: 16K tokens / seqlen)")
     ap.add_argument("--heads", type=int, default=0, help="heads (0: 2048 / head dim)")
     ap.add_argument("--tma", action="store_true", help="same as --loads tma")
-    ap.add_argument("--loads", default="ptr", help="comma list of ptr (pointer loads) and tma")
+    ap.add_argument("--loads", default="ptr", help="comma list of ptr, tma and host")
     ap.add_argument("--max-tiles", type=int, default=0, help="sweep the first N tiles of each list")
     ap.add_argument("--rounds", type=int, default=1,
                     help="timing rounds over all configurations (median kept)")
     args = ap.parse_args()
     if args.tma:
         args.loads = "tma"
-    if not set(args.loads.split(",")) <= {"ptr", "tma"}:
-        ap.error(f"--loads takes ptr and tma, got {args.loads!r}")
+    if not set(args.loads.split(",")) <= set(LOADS):
+        ap.error(f"--loads takes {', '.join(LOADS)}, got {args.loads!r}")
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -119,7 +129,7 @@ def main():
                                          for a, b in zip(fn(), ref))
                 except Exception as exc:  # noqa: BLE001 - a config that fails to compile is a result
                     row["error"] = str(exc)[:200]
-                    print(d, causal, kind, t, "tma" if tma else "ptr", "ERROR", str(exc)[:100],
+                    print(d, causal, kind, t, LOAD_NAMES[tma], "ERROR", str(exc)[:100],
                           flush=True)
                 else:
                     row["all_ms"] = []
@@ -132,7 +142,7 @@ def main():
             for row, _ in timed:
                 row["ms"] = statistics.median(row["all_ms"])
                 row["tflops"] = fl_f / row["ms"] / 1e9 if row["kind"] == "fwd" else None
-                print(d, causal, row["kind"], row["cfg"], "tma" if row["tma"] else "ptr",
+                print(d, causal, row["kind"], row["cfg"], LOAD_NAMES[row["tma"]],
                       f"{row['ms']:.3f} ms", f"{row['tflops']:.0f} TF/s" if row["tflops"] else "",
                       f"diff {row['maxdiff']:.3g}", flush=True)
             # dense peers for orientation
@@ -152,7 +162,7 @@ def main():
                         best[r["kind"]] = r
             # each backward row times a whole backward
             print(f"BEST d={d} causal={causal}: " + "; ".join(
-                f"{kind} {r['cfg']} {'tma' if r['tma'] else 'ptr'} {r['ms']:.3f} ms"
+                f"{kind} {r['cfg']} {LOAD_NAMES[r['tma']]} {r['ms']:.3f} ms"
                 for kind, r in best.items()), flush=True)
             # written after every case, so that a run stopped early keeps what it measured
             (out_dir / "tune.json").write_text(json.dumps(dict(

@@ -66,3 +66,23 @@ def record_launches(monkeypatch):
         return launch(kernel, grid, args, config, **flags)
     monkeypatch.setattr(fa, "_launch", recording)
     return launched
+
+
+def loads_in_every_mode(call, tensors, monkeypatch, fallback=None):
+    """Run `call` (forward and backward) with interpreter tiles in each of `tuning.TMA_MODES`; each
+    of the three launches must take the mode (or `fallback[mode]`, where the call cannot) and give
+    bit for bit what pointer loads give."""
+    grad_out = torch.randn_like(tensors[0])
+    results = {}
+    for tma in tuning.TMA_MODES:
+        tiles = dict(tuning._interpreter_config(), TMA=tma)
+        with monkeypatch.context() as m:
+            m.setattr(tuning, "_interpreter_config", lambda: dict(tiles))
+            launches = record_launches(m)
+            torch.manual_seed(0)  # the same dropout seed
+            out, grads, _ = run_with_grads(call, tensors, grad_out)
+        launched = [config.get("TMA") for _, config in launches]
+        assert launched == [(fallback or {}).get(tma, tma)] * 3  # forward, dQ pass, dK/dV pass
+        results[tma] = [out, *grads]
+    for tma in tuning.TMA_MODES[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[tuning.POINTER_LOADS], results[tma]))

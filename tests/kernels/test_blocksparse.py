@@ -4,8 +4,8 @@ import torch
 
 from kernels import (BlockSparseIndex, blocksparse_attn_func, dropout_mask, next_dropout_seed)
 from kernels.layouts import butterfly_layout, layout_union, local_layout
-from tests.kernels.helpers import (assert_close_to_reference, backward_path, qkv,
-                                   reference_with_grads, run_with_grads)
+from tests.kernels.helpers import (assert_close_to_reference, backward_path, loads_in_every_mode,
+                                   qkv, reference_with_grads, run_with_grads)
 
 TOL32 = 1e-4
 
@@ -86,3 +86,16 @@ def test_bad_layouts_are_rejected():
     index = BlockSparseIndex.from_layout(torch.ones(2, 2, dtype=torch.bool), 32)
     with pytest.raises(ValueError, match="layout index was built for"):
         blocksparse_attn_func(q, q, q, index, block_size=16)
+
+
+@pytest.mark.parametrize("seqlen,causal,dropout_p", [(100, True, 0.0), (64, False, 0.25)])
+def test_blocksparse_tma_loads_compute_what_pointer_loads_do(seqlen, causal, dropout_p,
+                                                             monkeypatch):
+    """Streamed tiles through TMA descriptors, made by each program or by the launcher, give bit
+    for bit what pointer loads give (ragged last block, GQA, causal or dropout)."""
+    torch.manual_seed(seqlen)
+    layout = torch.rand(-(-seqlen // 32), -(-seqlen // 32)) < 0.6
+    tensors = qkv(2, seqlen, seqlen, 4, 2, 32)
+    loads_in_every_mode(lambda q, k, v: blocksparse_attn_func(
+        q, k, v, layout, block_size=32, causal=causal, dropout_p=dropout_p, deterministic=True),
+        tensors, monkeypatch)

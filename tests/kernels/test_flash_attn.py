@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from kernels import flash_attn as fa
+from kernels import tuning
 from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
                      reference_attention)
-from tests.kernels.helpers import (assert_close_to_reference, backward_path, qkv,
-                                   record_launches, reference_with_grads, rel_err, run_with_grads)
+from tests.kernels.helpers import (assert_close_to_reference, backward_path, loads_in_every_mode,
+                                   qkv, record_launches, reference_with_grads, rel_err,
+                                   run_with_grads)
 
 TOL32 = 1e-4  # float32 inputs: interpreter dots are exact float32
 
@@ -220,22 +222,17 @@ def test_backward_is_bitwise_deterministic():
         assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
 
 
-def _tma_interpreter_tiles(monkeypatch, tma):
-    """Interpreter tiles with TMA loads on or off; returns the recorded launches."""
-    tiles = dict(fa.tuning._interpreter_config(), TMA=tma)
-    monkeypatch.setattr(fa.tuning, "_interpreter_config", lambda: dict(tiles))
-    return record_launches(monkeypatch)
-
-
 @pytest.mark.parametrize("varlen,seqlen_q,seqlen_k,head_dim,causal,dropout_p,group", [
     (False, 17, 17, 32, False, 0.0, 1), (False, 100, 40, 64, True, 0.0, 2),
     (False, 45, 45, 16, True, 0.25, 1), (False, 1, 33, 64, False, 0.25, 2),
     (True, None, None, 32, True, 0.25, 2)])
 def test_tma_loads_compute_what_pointer_loads_do(varlen, seqlen_q, seqlen_k, head_dim, causal,
                                                  dropout_p, group, monkeypatch):
-    """Kernels that load their streamed tiles through TMA descriptors (zeros past each sequence)
-    give bit for bit the outputs and gradients of pointer loads."""
+    """Kernels that load their streamed tiles through TMA descriptors, made by each program or by
+    the launcher (zeros past each sequence), give bit for bit the outputs and gradients of
+    pointer loads. Packed variable-length rows take no launcher descriptors."""
     torch.manual_seed(head_dim + group)
+    fallback = None
     if varlen:
         lengths = [5, 33, 1, 20]
         cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
@@ -244,21 +241,23 @@ def test_tma_loads_compute_what_pointer_loads_do(varlen, seqlen_q, seqlen_k, hea
         call = lambda q, k, v: flash_attn_varlen_func(  # noqa: E731
             q, k, v, cu, cu, max(lengths), max(lengths), dropout_p=dropout_p, causal=causal,
             deterministic=True)
+        fallback = {tuning.HOST_DESCRIPTORS: tuning.POINTER_LOADS}
     else:
         tensors = qkv(2, seqlen_q, seqlen_k, 2, 2 // group, head_dim)
         call = lambda q, k, v: flash_attn_func(  # noqa: E731
             q, k, v, dropout_p=dropout_p, causal=causal, deterministic=True)
-    grad_out = torch.randn_like(tensors[0])
-    results = {}
-    for tma in (False, True):
-        with monkeypatch.context() as m:
-            launches = _tma_interpreter_tiles(m, tma)
-            torch.manual_seed(0)  # the same dropout seed
-            out, grads, _ = run_with_grads(call, tensors, grad_out)
-        launched = [config.get("TMA") for _, config in launches]
-        assert launched == [tma] * 3  # forward, dQ pass, dK/dV pass
-        results[tma] = [out, *grads]
-    assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
+    loads_in_every_mode(call, tensors, monkeypatch, fallback)
+
+
+def test_packed_calls_take_no_launcher_descriptors():
+    """Launcher descriptors address (batch, seq, heads, d) tensors of their own: a packed qkv's
+    views fall back to pointer loads, per-program descriptors stay."""
+    qkv_ = torch.randn(1, 16, 3, 2, 64)
+    q, k, v = qkv_.unbind(2)
+    prob = fa._problem(q, k, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0, qkv_)
+    config = fa.tuning._interpreter_config()
+    assert prob.tiles(dict(config, TMA=tuning.HOST_DESCRIPTORS), k, v)["TMA"] == 0
+    assert prob.tiles(dict(config, TMA=tuning.PROGRAM_DESCRIPTORS), k, v)["TMA"] == 1
 
 
 def test_tma_needs_aligned_tensors_and_full_head_tiles():

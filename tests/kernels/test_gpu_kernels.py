@@ -142,6 +142,34 @@ def test_tma_loads_match_pointer_loads(head_dim, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(with_tma, without))
 
 
+def test_blocksparse_launcher_descriptors_match_pointer_loads(monkeypatch):
+    """The block-sparse forward at d = 128 loads K and V through descriptors the launcher makes,
+    eager and in a compiled graph (which makes them itself); pointer loads give the same bits."""
+    from kernels import BlockSparseIndex, tuning
+    from kernels import flash_attn as fa
+    torch.manual_seed(10)
+    seqlen, block = 4000, 128  # a ragged last block
+    index = BlockSparseIndex.from_layout(butterfly_layout(seqlen, block, n_factors=2), block,
+                                         seqlen, seqlen, causal=True, device="cuda")
+    tensors = _inputs(2, seqlen, 8, 2, 128, torch.bfloat16)
+    g = torch.randn_like(tensors[0])
+    fn = lambda q, k, v: blocksparse_attn_func(q, k, v, index, block_size=block, causal=True)
+    launches = record_launches(monkeypatch)
+
+    def run(f):
+        out = f(*tensors)
+        return [out, *torch.autograd.grad(out, tensors, g)]
+    eager = run(fn)
+    assert launches[0][1]["TMA"] == tuning.HOST_DESCRIPTORS
+    torch._dynamo.reset()
+    compiled = run(torch.compile(fn))
+    monkeypatch.setattr(fa._Problem, "tma_ready", lambda self, *tensors: False)
+    pointer = run(fn)
+    assert launches[-3][1]["TMA"] == tuning.POINTER_LOADS
+    for got in (eager, compiled):
+        assert all(torch.equal(a, b) for a, b in zip(got, pointer))
+
+
 def test_memory_linear_64k():
     q, k, v = _inputs(1, 65536, 16, 16, 64, torch.bfloat16)
     torch.cuda.reset_peak_memory_stats()

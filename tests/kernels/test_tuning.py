@@ -43,15 +43,20 @@ def test_dq_atomics_only_with_dropout_at_small_head_dims():
 
 
 def test_tma_loads_where_measured_faster(monkeypatch):
-    """Round 24: the forward at d = 128 (not with the short causal tiles), the backward passes at
-    d = 64 beyond SHORT_SEQLEN without atomics; never block-sparse calls."""
+    """Round 24: per-program descriptors in the dense forward at d = 128 (not with the short
+    causal tiles) and in the backward passes at d = 64 beyond SHORT_SEQLEN without atomics.
+    Round 26: the launcher's descriptors in the block-sparse forward at d = 128 only."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     long, short = tuning.SHORT_SEQLEN + 1, tuning.SHORT_SEQLEN
-    assert tuning.forward_config(128, False)["TMA"] and tuning.forward_config(128, True, seqlen_q=long)["TMA"]
+    program, host = tuning.PROGRAM_DESCRIPTORS, tuning.HOST_DESCRIPTORS
+    assert tuning.forward_config(128, False)["TMA"] == program
+    assert tuning.forward_config(128, True, seqlen_q=long)["TMA"] == program
     assert not tuning.forward_config(128, True, seqlen_q=short)["TMA"]
-    assert not tuning.forward_config(128, False, sparse=True)["TMA"]
+    assert tuning.forward_config(128, False, sparse=True)["TMA"] == host
+    assert tuning.forward_config(128, True, sparse=True, seqlen_q=short)["TMA"] == host
+    assert not tuning.forward_config(64, False, sparse=True)["TMA"]
     assert not tuning.forward_config(64, False)["TMA"]
-    assert all(c["TMA"] for c in tuning.backward_configs(64, seqlen_q=long))
+    assert all(c["TMA"] == program for c in tuning.backward_configs(64, seqlen_q=long))
     assert not any(c["TMA"] for c in tuning.backward_configs(64, seqlen_q=short))
     assert not any(c["TMA"] for c in tuning.backward_configs(64))
     assert not any(c["TMA"] for c in tuning.backward_configs(64, sparse=True, seqlen_q=long))
