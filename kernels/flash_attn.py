@@ -705,13 +705,15 @@ class _Problem:
 
     def tiles(self, config, *streamed):
         """`config` fitted to this call: tiles of a block-sparse call inside the layout's blocks
-        (LAYOUT_BLOCK); TMA loads kept only where the `streamed` tensors allow them, and the
-        launcher's descriptors only for (batch, seq, heads, d) tensors of their own (not varlen,
-        not packed)."""
+        (LAYOUT_BLOCK); TMA loads kept only where the `streamed` tensors allow them. The
+        launcher's descriptors need (batch, seq, heads, d) tensors of their own (not varlen, not
+        packed) in an eager call: a compiled graph's `triton_op` cannot hand descriptors to its
+        kernels (torch 2.11), so traced calls take pointer loads instead."""
         tma = config.get("TMA", tuning.POINTER_LOADS)
         if not self.tma_ready(*streamed):
             tma = tuning.POINTER_LOADS
-        if tma == tuning.HOST_DESCRIPTORS and (self.varlen or self.packed is not None):
+        traced = any(type(t) is not torch.Tensor for t in streamed)
+        if tma == tuning.HOST_DESCRIPTORS and (self.varlen or self.packed is not None or traced):
             tma = tuning.POINTER_LOADS
         config = dict(config, TMA=tma)
         if self.sparse is None:

@@ -249,15 +249,26 @@ def test_tma_loads_compute_what_pointer_loads_do(varlen, seqlen_q, seqlen_k, hea
     loads_in_every_mode(call, tensors, monkeypatch, fallback)
 
 
-def test_packed_calls_take_no_launcher_descriptors():
-    """Launcher descriptors address (batch, seq, heads, d) tensors of their own: a packed qkv's
-    views fall back to pointer loads, per-program descriptors stay."""
+def test_launcher_descriptors_only_for_eager_unpacked_calls():
+    """Launcher descriptors address (batch, seq, heads, d) tensors of their own in eager calls: a
+    packed qkv's views and the fake tensors a compiled graph traces fall back to pointer loads;
+    per-program descriptors stay."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    config = tuning._interpreter_config()
     qkv_ = torch.randn(1, 16, 3, 2, 64)
     q, k, v = qkv_.unbind(2)
-    prob = fa._problem(q, k, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0, qkv_)
-    config = fa.tuning._interpreter_config()
-    assert prob.tiles(dict(config, TMA=tuning.HOST_DESCRIPTORS), k, v)["TMA"] == 0
-    assert prob.tiles(dict(config, TMA=tuning.PROGRAM_DESCRIPTORS), k, v)["TMA"] == 1
+    packed = fa._problem(q, k, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0, qkv_)
+    mode = FakeTensorMode()
+    fq, fk, fv = (mode.from_tensor(t.contiguous()) for t in (q, k, v))
+    with mode:
+        traced = fa._problem(fq, fk, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    eager = fa._problem(*qkv(1, 16, 16, 2, 2, 64)[:2], None, None, None, None, None, 0, 0, 0,
+                        False, 0.125, 0.0)
+    for prob, streamed in ((packed, (k, v)), (traced, (fk, fv)), (eager, (q.contiguous(),) * 2)):
+        host = prob.tiles(dict(config, TMA=tuning.HOST_DESCRIPTORS), *streamed)["TMA"]
+        assert host == (tuning.HOST_DESCRIPTORS if prob is eager else tuning.POINTER_LOADS)
+        program = prob.tiles(dict(config, TMA=tuning.PROGRAM_DESCRIPTORS), *streamed)["TMA"]
+        assert program == tuning.PROGRAM_DESCRIPTORS
 
 
 def test_tma_needs_aligned_tensors_and_full_head_tiles():
