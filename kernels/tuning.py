@@ -28,8 +28,9 @@ _FORWARD_CAUSAL_SHORT = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
 _DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)}
 _DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 4)}
 # what block-sparse calls change (few tiles per row; tiles fit in the layout blocks): H100 sweeps
-# over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13)
-_FORWARD_SPARSE = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
+# over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13); the forward at
+# d = 64 from round 26's A/B at 64K tokens per call with the launcher's descriptors
+_FORWARD_SPARSE = {64: (128, 64, 8, 3), 128: (64, 64, 4, 3)}
 _DQ_SPARSE = {64: (64, 64, 4, 3)}
 # head-dim buckets whose dense kernels load their streamed tiles (K and V in the forward and dQ
 # passes, Q and dO in the dK/dV pass) through per-program descriptors: H100 A/Bs of round 24
@@ -39,9 +40,10 @@ _DQ_SPARSE = {64: (64, 64, 4, 3)}
 # at d = 128 and with atomics)
 _TMA_FORWARD = {128}
 _TMA_BACKWARD = {64}
-# block-sparse forward calls through host descriptors: H100 A/B of round 26 (butterfly layouts,
-# N = 16K), 1.13-1.14x at d = 128 (per-program descriptors 0.97-1.02x); 0.99-1.06x at d = 64
-_HOST_TMA_FORWARD_SPARSE = {128}
+# block-sparse forward calls through the launcher's descriptors: H100 A/Bs of round 26 (butterfly
+# layouts, 64K tokens per call), 1.13-1.14x at d = 128 (per-program descriptors 0.97-1.02x); at
+# d = 64 with 128 x 64 tiles 1.05-1.16x over the old 64 x 64 pointer tile, N = 4K-64K, causal or not
+_HOST_TMA_FORWARD_SPARSE = {64, 128}
 
 
 def _bucket(block_d):

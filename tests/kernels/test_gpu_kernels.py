@@ -142,16 +142,17 @@ def test_tma_loads_match_pointer_loads(head_dim, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(with_tma, without))
 
 
-def test_blocksparse_launcher_descriptors_match_pointer_loads(monkeypatch):
-    """The block-sparse forward at d = 128 loads K and V through descriptors the launcher makes
-    in eager calls (compiled graphs take pointer loads); pointer loads give the same bits."""
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_blocksparse_launcher_descriptors_match_pointer_loads(head_dim, monkeypatch):
+    """The block-sparse forward loads K and V through descriptors the launcher makes in eager
+    calls (compiled graphs take pointer loads); pointer loads give the same bits."""
     from kernels import BlockSparseIndex, tuning
     from kernels import flash_attn as fa
     torch.manual_seed(10)
     seqlen, block = 4000, 128  # a ragged last block
     index = BlockSparseIndex.from_layout(butterfly_layout(seqlen, block, n_factors=2), block,
                                          seqlen, seqlen, causal=True, device="cuda")
-    tensors = _inputs(2, seqlen, 8, 2, 128, torch.bfloat16)
+    tensors = _inputs(2, seqlen, 8, 2, head_dim, torch.bfloat16)
     g = torch.randn_like(tensors[0])
     fn = lambda q, k, v: blocksparse_attn_func(q, k, v, index, block_size=block, causal=True)
     launches = record_launches(monkeypatch)

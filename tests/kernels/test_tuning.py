@@ -4,9 +4,12 @@ from kernels import tuning
 
 def test_sparse_calls_take_their_own_tiles_only_where_swept(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    dense, sparse = tuning.forward_config(64, False), tuning.forward_config(64, False, sparse=True)
+    dense, sparse = tuning.forward_config(128, False), tuning.forward_config(128, False, sparse=True)
     assert (sparse["BLOCK_M"], sparse["BLOCK_N"], sparse["num_warps"]) == (64, 64, 4)
     assert dense["num_warps"] == 8
+    # the block-sparse tile, not the short causal one, for short causal block-sparse calls
+    short = tuning.forward_config(64, True, sparse=True, seqlen_q=tuning.SHORT_SEQLEN)
+    assert (short["BLOCK_M"], short["BLOCK_N"], short["num_warps"]) == (128, 64, 8)
     assert tuning.forward_config(32, True, sparse=True) == tuning.forward_config(32, True)
     (dkdv, dq), (dkdv_s, dq_s) = (tuning.backward_configs(64, sparse=s) for s in (False, True))
     assert dkdv_s == dkdv and dq_s["BLOCK_M"] == 64 and dq["BLOCK_M"] == 128
@@ -45,7 +48,7 @@ def test_dq_atomics_only_with_dropout_at_small_head_dims():
 def test_tma_loads_where_measured_faster(monkeypatch):
     """Round 24: per-program descriptors in the dense forward at d = 128 (not with the short
     causal tiles) and in the backward passes at d = 64 beyond SHORT_SEQLEN without atomics.
-    Round 26: the launcher's descriptors in the block-sparse forward at d = 128 only."""
+    Round 26: the launcher's descriptors in the block-sparse forward at d = 64 and 128."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     long, short = tuning.SHORT_SEQLEN + 1, tuning.SHORT_SEQLEN
     program, host = tuning.PROGRAM_DESCRIPTORS, tuning.HOST_DESCRIPTORS
@@ -54,7 +57,8 @@ def test_tma_loads_where_measured_faster(monkeypatch):
     assert not tuning.forward_config(128, True, seqlen_q=short)["TMA"]
     assert tuning.forward_config(128, False, sparse=True)["TMA"] == host
     assert tuning.forward_config(128, True, sparse=True, seqlen_q=short)["TMA"] == host
-    assert not tuning.forward_config(64, False, sparse=True)["TMA"]
+    assert tuning.forward_config(64, False, sparse=True)["TMA"] == host
+    assert not tuning.forward_config(32, False, sparse=True)["TMA"]
     assert not tuning.forward_config(64, False)["TMA"]
     assert all(c["TMA"] == program for c in tuning.backward_configs(64, seqlen_q=long))
     assert not any(c["TMA"] for c in tuning.backward_configs(64, seqlen_q=short))
