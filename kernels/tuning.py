@@ -31,6 +31,8 @@ _DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128,
 # over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13); the forward at
 # d = 64 from round 26's A/B at 64K tokens per call with the launcher's descriptors
 _FORWARD_SPARSE = {64: (128, 64, 8, 3), 128: (64, 64, 4, 3)}
+# ... except with dropout, where 128 x 64 tiles ran at 0.81-0.87x of 64 x 64 (round 26)
+_FORWARD_SPARSE_DROPOUT = {64: (64, 64, 4, 3)}
 _DQ_SPARSE = {64: (64, 64, 4, 3)}
 # head-dim buckets whose dense kernels load their streamed tiles (K and V in the forward and dQ
 # passes, Q and dO in the dK/dV pass) through per-program descriptors: H100 A/Bs of round 24
@@ -42,7 +44,8 @@ _TMA_FORWARD = {128}
 _TMA_BACKWARD = {64}
 # block-sparse forward calls through the launcher's descriptors: H100 A/Bs of round 26 (butterfly
 # layouts, 64K tokens per call), 1.13-1.14x at d = 128 (per-program descriptors 0.97-1.02x); at
-# d = 64 with 128 x 64 tiles 1.05-1.16x over the old 64 x 64 pointer tile, N = 4K-64K, causal or not
+# d = 64 with 128 x 64 tiles 1.05-1.16x over the old 64 x 64 pointer tile, N = 4K-64K, causal or
+# not; with dropout on 64 x 64 tiles 1.02-1.03x
 _HOST_TMA_FORWARD_SPARSE = {64, 128}
 
 
@@ -62,10 +65,11 @@ def _interpreter_config():
             "TMA": POINTER_LOADS}
 
 
-def forward_config(block_d, causal, sparse=False, seqlen_q=None):
+def forward_config(block_d, causal, sparse=False, seqlen_q=None, dropout=False):
     """Launch parameters of the forward kernel (sparse: of a block-sparse call; seqlen_q: query
-    length, which picks smaller tiles for short causal calls). TMA: how the kernel loads K and V,
-    one of TMA_MODES (the launcher also checks that the tensors allow descriptors)."""
+    length, which picks smaller tiles for short causal calls; dropout: whether the call drops
+    probabilities). TMA: how the kernel loads K and V, one of TMA_MODES (the launcher also checks
+    that the tensors allow descriptors)."""
     if interpreting():
         return _interpreter_config()
     table = _FORWARD
@@ -74,8 +78,8 @@ def forward_config(block_d, causal, sparse=False, seqlen_q=None):
         table = {**table, **_FORWARD_CAUSAL_SHORT}
     if sparse:
         host = _bucket(block_d) in _HOST_TMA_FORWARD_SPARSE
-        return _config({**table, **_FORWARD_SPARSE}, block_d,
-                       HOST_DESCRIPTORS if host else POINTER_LOADS)
+        tiles = {**table, **_FORWARD_SPARSE, **(_FORWARD_SPARSE_DROPOUT if dropout else {})}
+        return _config(tiles, block_d, HOST_DESCRIPTORS if host else POINTER_LOADS)
     tma = _bucket(block_d) in _TMA_FORWARD and not short
     return _config(table, block_d, PROGRAM_DESCRIPTORS if tma else POINTER_LOADS)
 

@@ -10,6 +10,11 @@ def test_sparse_calls_take_their_own_tiles_only_where_swept(monkeypatch):
     # the block-sparse tile, not the short causal one, for short causal block-sparse calls
     short = tuning.forward_config(64, True, sparse=True, seqlen_q=tuning.SHORT_SEQLEN)
     assert (short["BLOCK_M"], short["BLOCK_N"], short["num_warps"]) == (128, 64, 8)
+    # with dropout, 64 x 64 block-sparse tiles at d = 64; dense calls keep theirs
+    dropped = tuning.forward_config(64, True, sparse=True, dropout=True)
+    assert (dropped["BLOCK_M"], dropped["BLOCK_N"], dropped["num_warps"]) == (64, 64, 4)
+    assert dropped["TMA"] == tuning.HOST_DESCRIPTORS
+    assert tuning.forward_config(64, True, dropout=True) == tuning.forward_config(64, True)
     assert tuning.forward_config(32, True, sparse=True) == tuning.forward_config(32, True)
     (dkdv, dq), (dkdv_s, dq_s) = (tuning.backward_configs(64, sparse=s) for s in (False, True))
     assert dkdv_s == dkdv and dq_s["BLOCK_M"] == 64 and dq["BLOCK_M"] == 128
