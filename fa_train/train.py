@@ -29,6 +29,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from fa_train.utils.provenance import git_commit
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "configs"
 
@@ -251,7 +253,7 @@ def train(cfg) -> dict:
     precision, global_step, epoch, wall_time_s, train_loss_first, train_loss_last, loss_start,
     loss_end, every logged final metric (val/loss, val/ppl, val/acc, test/..., ...),
     tokens_per_sec_per_device (rank 0's), tokens_per_sec (that times world_size), world_size, mfu,
-    peak_memory_gib, flops_per_token, output_dir, checkpoint.
+    peak_memory_gib, flops_per_token, git_commit (the code's commit), output_dir, checkpoint.
     """
     import lightning as L
     import torch
@@ -276,6 +278,7 @@ def train(cfg) -> dict:
     metrics: dict[str, Any] = {
         "status": "running", "error": None,
         "experiment": cfg.get("experiment_name"),
+        "git_commit": git_commit(),
         "output_dir": str(out_dir),
     }
     history = LossHistory()

@@ -7,13 +7,13 @@ import gc
 import os
 import platform
 import statistics
-import subprocess
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
+
+from fa_train.utils.provenance import git_commit
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 PASSES = ("fwd", "bwd", "fwd+bwd")
@@ -169,26 +169,6 @@ def relative_error(out, ref, row_mask=None):
     return (out - ref).norm().item() / (denom if denom > 0 else 1.0)
 
 
-def _git_commit():
-    """Short commit of the checkout, with "-dirty" when tracked files differ from it; or
-    FA_TRAIN_GIT_COMMIT where set, for trees whose git metadata is missing or not their code's
-    (exported or copied trees)."""
-    if os.environ.get("FA_TRAIN_GIT_COMMIT"):
-        return os.environ["FA_TRAIN_GIT_COMMIT"]
-    here = Path(__file__).resolve().parent
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        if commit and git("status", "--porcelain", "--untracked-files=no"):
-            commit += "-dirty"
-        return commit or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def environment(device):
     """What a result file needs to say where and when it was measured."""
     try:
@@ -205,7 +185,7 @@ def environment(device):
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

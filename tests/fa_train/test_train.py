@@ -52,10 +52,13 @@ def check_outputs(m, tmp_path):
     return on_disk
 
 
-def test_default_job_real_data_short(tmp_path):
-    """The default job itself (real LMDataModule on the offline corpus), cut to a few steps."""
+def test_default_job_real_data_short(tmp_path, monkeypatch):
+    """The default job itself (real LMDataModule on the offline corpus), cut to a few steps; its
+    metrics name the code's commit."""
+    monkeypatch.setenv("FA_TRAIN_GIT_COMMIT", "0123abc")
     cfg = make_cfg(tmp_path, "default", ["data.seq_len=64", "data.batch_size=4"], steps=4)
     m = check_outputs(train(cfg), tmp_path)
+    assert m["git_commit"] == "0123abc"
     assert m["attention"] == ("flash" if torch.cuda.is_available() else "sdpa")
     assert m["global_step"] == 4 and "val/loss" in m and "val/ppl" in m
     assert m["tokens_per_sec_per_device"] > 0

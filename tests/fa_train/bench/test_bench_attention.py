@@ -201,18 +201,3 @@ def test_flash_impl_with_padding_runs_the_kernel_under_the_interpreter(monkeypat
     rows = run_attention_bench(cfg)
     assert {r["impl"] for r in rows} == {"flash", "flash_deterministic"}
     assert all(r["status"] == "ok" and r["check_passed"] for r in rows), rows
-
-
-@pytest.mark.parametrize("status, expected", [("", "abc1234"), (" M kernels/x.py", "abc1234-dirty")])
-def test_result_files_name_the_commit_and_whether_the_tree_differs(monkeypatch, status, expected):
-    import subprocess
-    from fa_train.bench import common
-
-    def fake_git(cmd, **kwargs):
-        out = "abc1234" if "rev-parse" in cmd else status
-        return subprocess.CompletedProcess(cmd, 0, stdout=out + "\n")
-    monkeypatch.setattr(common.subprocess, "run", fake_git)
-    monkeypatch.delenv("FA_TRAIN_GIT_COMMIT", raising=False)
-    assert common._git_commit() == expected
-    monkeypatch.setenv("FA_TRAIN_GIT_COMMIT", "def5678")
-    assert common._git_commit() == "def5678"
