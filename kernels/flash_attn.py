@@ -773,8 +773,8 @@ def _host_descs(config, rows, *tensors):
 
 def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
-    config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal, sp is not None,
-                                                        prob.seqlen_q, prob.dropout_p > 0), k, v)
+    config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
+                                                        sp is not None, prob.seqlen_q), k, v)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = prob.lse_buffer(q)
     grid = (_cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)

@@ -28,11 +28,10 @@ _FORWARD_CAUSAL_SHORT = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
 _DKDV = {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)}
 _DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 4)}
 # what block-sparse calls change (few tiles per row; tiles fit in the layout blocks): H100 sweeps
-# over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13); the forward at
-# d = 64 from round 26's A/B at 64K tokens per call with the launcher's descriptors
-_FORWARD_SPARSE = {64: (128, 64, 8, 3), 128: (64, 64, 4, 3)}
-# ... except with dropout, where 128 x 64 tiles ran at 0.81-0.87x of 64 x 64 (round 26)
-_FORWARD_SPARSE_DROPOUT = {64: (64, 64, 4, 3)}
+# over butterfly layouts at N = 4K and 16K (kernels/NOTES.md, rounds 12 and 13); 128 x 64 forward
+# tiles at d = 64, faster over plain butterfly layouts, lost up to 1.2x with dropout or a global
+# block (round 26)
+_FORWARD_SPARSE = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
 _DQ_SPARSE = {64: (64, 64, 4, 3)}
 # head-dim buckets whose dense kernels load their streamed tiles (K and V in the forward and dQ
 # passes, Q and dO in the dK/dV pass) through per-program descriptors: H100 A/Bs of round 24
@@ -43,9 +42,8 @@ _DQ_SPARSE = {64: (64, 64, 4, 3)}
 _TMA_FORWARD = {128}
 _TMA_BACKWARD = {64}
 # block-sparse forward calls through the launcher's descriptors: H100 A/Bs of round 26 (butterfly
-# layouts, 64K tokens per call), 1.13-1.14x at d = 128 (per-program descriptors 0.97-1.02x); at
-# d = 64 with 128 x 64 tiles 1.05-1.16x over the old 64 x 64 pointer tile, N = 4K-64K, causal or
-# not; with dropout on 64 x 64 tiles 1.02-1.03x
+# layouts, 64K tokens per call), 1.13-1.14x at d = 128 (per-program descriptors 0.97-1.02x) and
+# 0.99-1.08x at d = 64, with or without dropout, a global block or a causal mask
 _HOST_TMA_FORWARD_SPARSE = {64, 128}
 
 
@@ -65,11 +63,10 @@ def _interpreter_config():
             "TMA": POINTER_LOADS}
 
 
-def forward_config(block_d, causal, sparse=False, seqlen_q=None, dropout=False):
+def forward_config(block_d, causal, sparse=False, seqlen_q=None):
     """Launch parameters of the forward kernel (sparse: of a block-sparse call; seqlen_q: query
-    length, which picks smaller tiles for short causal calls; dropout: whether the call drops
-    probabilities). TMA: how the kernel loads K and V, one of TMA_MODES (the launcher also checks
-    that the tensors allow descriptors)."""
+    length, which picks smaller tiles for short causal calls). TMA: how the kernel loads K and V,
+    one of TMA_MODES (the launcher also checks that the tensors allow descriptors)."""
     if interpreting():
         return _interpreter_config()
     table = _FORWARD
@@ -78,8 +75,8 @@ def forward_config(block_d, causal, sparse=False, seqlen_q=None, dropout=False):
         table = {**table, **_FORWARD_CAUSAL_SHORT}
     if sparse:
         host = _bucket(block_d) in _HOST_TMA_FORWARD_SPARSE
-        tiles = {**table, **_FORWARD_SPARSE, **(_FORWARD_SPARSE_DROPOUT if dropout else {})}
-        return _config(tiles, block_d, HOST_DESCRIPTORS if host else POINTER_LOADS)
+        return _config({**table, **_FORWARD_SPARSE}, block_d,
+                       HOST_DESCRIPTORS if host else POINTER_LOADS)
     tma = _bucket(block_d) in _TMA_FORWARD and not short
     return _config(table, block_d, PROGRAM_DESCRIPTORS if tma else POINTER_LOADS)
 

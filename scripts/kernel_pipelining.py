@@ -138,7 +138,7 @@ def kernel_cases(head_dim, same_tiles=False, causal=False, dropout=False):
                          REVERSE=causal and not sparse)
         tiles = sparse or same_tiles
         dkdv, dq = tuning.backward_configs(block_d, sparse=tiles)
-        forward = tuning.forward_config(block_d, causal, sparse=tiles, dropout=dropout)
+        forward = tuning.forward_config(block_d, causal, sparse=tiles)
         kind = "block-sparse" if sparse else "dense"
         for name, kernel, config in (("forward", fa._fwd_kernel, forward),
                                      ("dK/dV", fa._bwd_dkdv_kernel, dkdv),
