@@ -108,7 +108,8 @@ def build_corpus(source_dir: str | Path, out_dir: str | Path, pattern: str = "**
 def fetch_python_docs(cache_dir: str | Path) -> Path:
     """Download and unpack Debian's python3.11-doc once; returns its reST ``_sources`` directory
     (kept as ``<cache_dir>/downloads/python3.11-doc/_sources``; the .deb and the HTML are deleted)."""
-    root = Path(cache_dir) / "downloads" / DOC_PACKAGE
+    # absolute: the commands below run inside `root`, and take paths under it
+    root = (Path(cache_dir) / "downloads" / DOC_PACKAGE).resolve()
     sources = root / "_sources"
     if sources.is_dir():
         return sources

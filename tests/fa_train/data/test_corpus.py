@@ -5,6 +5,7 @@ import io
 import json
 import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -58,25 +59,31 @@ def test_missing_apt_get_is_a_clear_error(tmp_path, monkeypatch):
         corpus.fetch_python_docs(tmp_path)
 
 
-def test_fetch_python_docs_updates_package_lists_once_and_caches(tmp_path, monkeypatch):
+@pytest.mark.parametrize("relative", [False, True])
+def test_fetch_python_docs_updates_package_lists_once_and_caches(tmp_path, monkeypatch, relative):
     calls = []
 
-    def fake_run(cmd, cwd):
+    def fake_run(cmd, cwd):  # paths in cmd resolve against cwd, as in a subprocess
         calls.append(cmd[1:])
         if cmd[1] == "download":
             if calls.count(["download", "python3.11-doc"]) == 1:
                 raise RuntimeError("E: Unable to locate package python3.11-doc")
             (cwd / "python3.11-doc_3.11.2_all.deb").write_bytes(b"")
         elif cmd[1] == "-x":
-            (tmp_path / cmd[3] / corpus.DOC_SOURCES).mkdir(parents=True)
+            assert (cwd / cmd[2]).is_file(), f"dpkg-deb would not find {cmd[2]} from {cwd}"
+            (cwd / cmd[3] / corpus.DOC_SOURCES).mkdir(parents=True)
 
     monkeypatch.setattr(corpus.shutil, "which", lambda cmd: cmd)
     monkeypatch.setattr(corpus.os, "geteuid", lambda: 0)
     monkeypatch.setattr(corpus, "_run", fake_run)
-    sources = corpus.fetch_python_docs(tmp_path)
+    cache = tmp_path / "cache"
+    if relative:  # e.g. `fa-data corpus --cache-dir .cache`
+        monkeypatch.chdir(tmp_path)
+        cache = Path("cache")
+    sources = corpus.fetch_python_docs(cache)
     assert sources.is_dir() and sources.name == "_sources" and not list(sources.parent.glob("*.deb"))
     assert calls[:3] == [["download", "python3.11-doc"], ["update"], ["download", "python3.11-doc"]]
-    assert corpus.fetch_python_docs(tmp_path) == sources and len(calls) == 4  # cached: nothing run
+    assert corpus.fetch_python_docs(cache) == sources and len(calls) == 4  # cached: nothing run
 
 
 def _fake_sdist(path, kind: str):
