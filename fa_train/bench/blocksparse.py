@@ -2,8 +2,9 @@
 
 Our kernels.blocksparse_attn_func with butterfly layouts (kernels.layouts) against our dense
 kernels.flash_attn_func and FlexAttention given the SAME block mask (block (i, j) allowed iff
-layout[i, j]). Effective FLOPs = density x dense (non-causal) FLOPs; ratio_to_dense = time / time
-of our dense flash on the same shape, causal flag and pass.
+layout[i, j]); FlexAttention's dense row allows every block. Effective FLOPs = density x dense
+(non-causal) FLOPs; ratio_to_dense = time / time of our dense flash on the same shape, causal flag
+and pass.
 """
 from __future__ import annotations
 
@@ -173,6 +174,17 @@ def layout_specs(config, seqlen):
     return specs
 
 
+def dense_impls(config, seqlen):
+    """[(name, impl)] timed on the dense layout: our dense kernel, and FlexAttention with every
+    block allowed, so that each block-sparse rate has its own kernel's dense rate beside it."""
+    impls = [("flash", FlashImpl())] if "flash" in config.impls else []
+    if "flex" in config.impls:
+        nb = num_blocks(seqlen, config.block)
+        impls.append(("flex", FlexBlocksparseImpl(torch.ones(nb, nb, dtype=torch.bool),
+                                                  config.block)))
+    return impls
+
+
 def run_blocksparse_bench(config):
     if isinstance(config, dict):
         config = BlocksparseBenchConfig(**config)
@@ -184,7 +196,7 @@ def run_blocksparse_bench(config):
     groups = [(n, d, c) for n in config.seqlens for d in config.head_dims for c in config.causal]
     specs_by_n = {n: layout_specs(config, n) for n in config.seqlens}
     total = sum(len(specs_by_n[n]) * len([i for i in config.impls if i != "flash"])
-                + ("flash" in config.impls) for n, _, _ in groups)
+                + len(dense_impls(config, n)) for n, _, _ in groups)
     with make_progress(config.progress, total, "blocksparse") as bar:
         for seqlen, head_dim, causal in groups:
             batch, heads = shape_for(config.tokens, config.hidden, seqlen, head_dim)
@@ -196,14 +208,14 @@ def run_blocksparse_bench(config):
                     "dtype": config.dtype, "block": config.block}
             dense_flops = {p: attention_flops(batch, seqlen, seqlen, heads, head_dim,
                                               causal=False, mode=p) for p in config.passes}
-            if "flash" in config.impls:
-                bar.describe(f"flash dense d={head_dim} N={seqlen}")
-                for m in measure(FlashImpl(), case, q, k, v, config.passes, check=config.check,
+            for name, impl in dense_impls(config, seqlen):
+                bar.describe(f"{name} dense d={head_dim} N={seqlen}")
+                for m in measure(impl, case, q, k, v, config.passes, check=config.check,
                                  tolerance=tolerance, warmup_ms=config.warmup_ms,
                                  rep_ms=config.rep_ms):
                     flops = attention_flops(batch, seqlen, seqlen, heads, head_dim, causal=causal,
                                             mode=m["pass"])
-                    rows.append(base | {"impl": "flash", "layout": "dense", "n_factors": None,
+                    rows.append(base | {"impl": name, "layout": "dense", "n_factors": None,
                                         "global_size": None, "density": 1.0,
                                         "target_density": None, "flops": flops} | m)
                 bar.advance()
@@ -289,7 +301,8 @@ def write_blocksparse_reports(rows, out_dir, config, name="blocksparse"):
         config = BlocksparseBenchConfig(**config)
     notes = [
         f"Butterfly layouts at block {config.block} (kernels.layouts.butterfly_layout; k = number "
-        "of XOR factors, density in the rows). FlexAttention runs the same block mask.",
+        "of XOR factors, density in the rows). FlexAttention runs the same block mask; its "
+        "dense row allows every block.",
         f"dtype {config.dtype}; dropout {config.dropout_p} (FlexAttention has none; the "
         "correctness guard runs without it).",
         "Effective FLOPs = density × dense non-causal FLOPs (4·B·H·N²·d forward; fa_train.metrics."

@@ -69,7 +69,8 @@ def test_blocksparse_bench_on_cpu_records_unsupported_and_writes(tmp_path, monke
                                  rep_ms=1, progress=False)
     rows = run_blocksparse_bench(cfg)
     assert {r["impl"] for r in rows} == {"flash", "blocksparse", "flex"}
-    assert len(rows) == 3 * 2
+    assert len(rows) == 4 * 2
+    assert {r["impl"] for r in rows if r["layout"] == "dense"} == {"flash", "flex"}
     for r in rows:  # Triton kernels need CUDA; flex has no CPU backward
         assert r["status"] == "unsupported" and r["reason"]
     bs = [r for r in rows if r["impl"] == "blocksparse"][0]
