@@ -683,6 +683,14 @@ class _Problem:
             return (None,) * 3
         return self.sparse.row_lists() if rows else self.sparse.col_lists()
 
+    def layout_rows(self):
+        """(tokens per layout block, blocks listed per block row on average) of a block-sparse
+        call; (0, 0.0) for a dense one."""
+        if self.sparse is None:
+            return 0, 0.0
+        row_ptr, _, col_idx = self.sparse.row_lists()
+        return self.sparse.block, col_idx.numel() / max(row_ptr.numel() - 1, 1)
+
     def lse_buffer(self, q):
         if self.varlen:
             return torch.empty(self.heads, q.shape[0], device=q.device, dtype=torch.float32)
@@ -773,8 +781,9 @@ def _host_descs(config, rows, *tensors):
 
 def _forward(q, k, v, prob, config=None):
     sp = prob.sparse
-    config = prob.tiles(config or tuning.forward_config(prob.block_d, prob.causal,
-                                                        sp is not None, prob.seqlen_q), k, v)
+    config = prob.tiles(config or tuning.forward_config(
+        prob.block_d, prob.causal, sp is not None, prob.seqlen_q, prob.dropout_p > 0.0,
+        *prob.layout_rows()), k, v)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = prob.lse_buffer(q)
     grid = (_cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)

@@ -32,6 +32,12 @@ _DQ = {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128,
 # tiles at d = 64, faster over plain butterfly layouts, lost up to 1.2x with dropout or a global
 # block (round 26)
 _FORWARD_SPARSE = {64: (64, 64, 4, 3), 128: (64, 64, 4, 3)}
+# block-sparse forward calls at d = 128 over layouts of 128-token blocks whose block rows list
+# LONG_ROW_BLOCKS blocks or more on average, without causal mask or dropout: 128 x 128 tiles,
+# 1.05-1.17x over 64 x 64 from 5 blocks per row (round 28; 0.96-0.99x at 3 blocks per row and in
+# causal calls with dropout)
+LONG_ROW_BLOCKS = 4
+_FORWARD_SPARSE_LONG_ROWS = {128: (128, 128, 8, 3)}
 _DQ_SPARSE = {64: (64, 64, 4, 3)}
 # head-dim buckets whose dense kernels load their streamed tiles (K and V in the forward and dQ
 # passes, Q and dO in the dK/dV pass) through per-program descriptors: H100 A/Bs of round 24
@@ -63,10 +69,13 @@ def _interpreter_config():
             "TMA": POINTER_LOADS}
 
 
-def forward_config(block_d, causal, sparse=False, seqlen_q=None):
-    """Launch parameters of the forward kernel (sparse: of a block-sparse call; seqlen_q: query
-    length, which picks smaller tiles for short causal calls). TMA: how the kernel loads K and V,
-    one of TMA_MODES (the launcher also checks that the tensors allow descriptors)."""
+def forward_config(block_d, causal, sparse=False, seqlen_q=None, dropout=False, layout_block=0,
+                   row_blocks=0.0):
+    """Launch parameters of the forward kernel (sparse: of a block-sparse call, over a layout of
+    `layout_block` tokens per block whose block rows list `row_blocks` blocks on average; seqlen_q:
+    query length, which picks smaller tiles for short causal calls; dropout: whether the call
+    drops). TMA: how the kernel loads K and V, one of TMA_MODES (the launcher also checks that the
+    tensors allow descriptors)."""
     if interpreting():
         return _interpreter_config()
     table = _FORWARD
@@ -75,8 +84,10 @@ def forward_config(block_d, causal, sparse=False, seqlen_q=None):
         table = {**table, **_FORWARD_CAUSAL_SHORT}
     if sparse:
         host = _bucket(block_d) in _HOST_TMA_FORWARD_SPARSE
-        return _config({**table, **_FORWARD_SPARSE}, block_d,
-                       HOST_DESCRIPTORS if host else POINTER_LOADS)
+        table = {**table, **_FORWARD_SPARSE}
+        if layout_block >= 128 and row_blocks >= LONG_ROW_BLOCKS and not (causal or dropout):
+            table.update(_FORWARD_SPARSE_LONG_ROWS)
+        return _config(table, block_d, HOST_DESCRIPTORS if host else POINTER_LOADS)
     tma = _bucket(block_d) in _TMA_FORWARD and not short
     return _config(table, block_d, PROGRAM_DESCRIPTORS if tma else POINTER_LOADS)
 

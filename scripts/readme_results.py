@@ -142,7 +142,8 @@ def io_and_blocksparse():
               "| d | N | k | density | pass | ours dense | ours block-sparse | ÷ dense | flex (same mask) "
               "| ours ÷ flex | time ≤ 1.25·s·dense + 0.05 ms |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for d, n, k, p in itertools.product(cfg["head_dims"], cfg["seqlens"], (2, 4), ("fwd", "fwd+bwd")):
+    factors = sorted({r["n_factors"] for r in data["rows"] if r["impl"] == "blocksparse"})
+    for d, n, k, p in itertools.product(cfg["head_dims"], cfg["seqlens"], factors, ("fwd", "fwd+bwd")):
         bs = rows.get(("blocksparse", d, n, f"k={k}", p))
         if bs is None:
             continue

@@ -119,6 +119,29 @@ def test_blocksparse_butterfly(head_dim):
            tensors, torch.bfloat16, causal=True, attn_mask=mask[None, None])
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_blocksparse_long_rows_d128(padded, monkeypatch):
+    """Non-causal rows of at least LONG_ROW_BLOCKS listed blocks take 128 x 128 forward tiles at
+    d = 128 (round 28); a ragged last block and a key padding mask cross them."""
+    from kernels import tuning
+    torch.manual_seed(11)
+    seqlen, block = 4000, 128
+    layout = butterfly_layout(seqlen, block).cuda()  # all 5 factors: 6 blocks per row
+    tensors = _inputs(2, seqlen, 4, 2, 128, torch.bfloat16)
+    kpm = torch.ones(2, seqlen, dtype=torch.bool, device="cuda")
+    if padded:
+        kpm[0, 3001:] = False
+    mask = (layout.repeat_interleave(block, 0).repeat_interleave(block, 1)[:seqlen, :seqlen]
+            [None, None] & kpm[:, None, None, :])
+    launches = record_launches(monkeypatch)
+    _check(lambda q, k, v: blocksparse_attn_func(q, k, v, layout, block_size=block,
+                                                 key_padding_mask=kpm if padded else None),
+           tensors, torch.bfloat16, attn_mask=mask)
+    forward = launches[0][1]
+    assert (forward["BLOCK_M"], forward["BLOCK_N"]) == (128, 128), forward
+    assert forward["TMA"] == tuning.HOST_DESCRIPTORS
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_tma_loads_match_pointer_loads(head_dim, monkeypatch):
     """Where the tables load tiles through TMA descriptors (d = 128 forward, d = 64 backward at

@@ -65,3 +65,36 @@ def test_tma_loads_where_measured_faster(monkeypatch):
     assert not any(c["TMA"] for c in tuning.backward_configs(64, sparse=True, seqlen_q=long))
     assert not any(c["TMA"] for c in tuning.backward_configs(128, seqlen_q=long))
     assert not tuning.backward_configs(64, atomic=True, seqlen_q=long)[0]["TMA"]
+
+
+def test_long_block_sparse_rows_take_the_dense_forward_tile_at_d128(monkeypatch):
+    """Round 28: 128 x 128 forward tiles over 128-token layout blocks from LONG_ROW_BLOCKS listed
+    blocks per row, without causal mask or dropout; 64 x 64 otherwise."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    long = tuning.LONG_ROW_BLOCKS
+
+    def tile(d=128, causal=False, dropout=False, block=128, rows=long):
+        c = tuning.forward_config(d, causal, sparse=True, dropout=dropout, layout_block=block,
+                                  row_blocks=rows)
+        return c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]
+    assert tile() == (128, 128, 8)
+    assert tile(rows=long - 0.5) == tile(causal=True) == tile(dropout=True) == (64, 64, 4)
+    assert tile(block=64) == (64, 64, 4)
+    assert tile(d=64) == (64, 64, 4)
+    assert tuning.forward_config(128, False, sparse=True)["BLOCK_M"] == 64
+
+
+def test_layout_rows_counts_listed_blocks_per_block_row():
+    import torch
+    from kernels import BlockSparseIndex
+    from kernels.flash_attn import _Problem
+    from kernels.layouts import butterfly_layout
+    q = torch.zeros(1, 1024, 2, 16)
+    index = BlockSparseIndex.from_layout(butterfly_layout(1024, 128, n_factors=2), 128)
+    prob = _Problem(q, q, 0.25, False, None, None, None, None, None, 0.0, None, index)
+    assert prob.layout_rows() == (128, 3.0)
+    causal = BlockSparseIndex.from_layout(torch.ones(8, 8, dtype=torch.bool), 128, causal=True)
+    prob = _Problem(q, q, 0.25, True, None, None, None, None, None, 0.0, None, causal)
+    assert prob.layout_rows() == (128, 36 / 8)
+    dense = _Problem(q, q, 0.25, False, None, None, None, None, None, 0.0, None, None)
+    assert dense.layout_rows() == (0, 0.0)
