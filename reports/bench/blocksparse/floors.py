@@ -27,9 +27,19 @@ def floors(row, matmul_tflops):
             for p in TENSORS}
 
 
+def index_rows(rows):
+    """The measured rows by (impl, head_dim, seqlen, layout, pass)."""
+    return {(r["impl"], r["head_dim"], r["seqlen"], r["layout"], r["pass"]): r
+            for r in rows if r["status"] == "ok"}
+
+
+def density_bound_ms(sparse, dense):
+    """The issue's density bound on a block-sparse time: 1.25 x density x dense time + 0.05 ms."""
+    return 1.25 * sparse["density"] * dense["ms"] + 0.05
+
+
 def table(rows, matmul_tflops):
-    index = {(r["impl"], r["head_dim"], r["seqlen"], r["layout"], r["pass"]): r
-             for r in rows if r["status"] == "ok"}
+    index = index_rows(rows)
     lines = [f"Floors: memory at {COPY_TBS} TB/s, matmuls at {matmul_tflops} TFLOP/s; times in ms.", "",
              "| d | N | layout | density | fwd | fwd floors (mem + matmul) | bwd | bwd floors "
              "| fwd+bwd | floors in series | overlapped | bound | memory to hide |",
@@ -43,7 +53,7 @@ def table(rows, matmul_tflops):
         memory = f["fwd"][0] + f["bwd"][0]
         series = memory + f["fwd"][1] + f["bwd"][1]
         overlapped = max(f["fwd"]) + max(f["bwd"])
-        bound = 1.25 * fwd["density"] * dense["ms"] + 0.05
+        bound = density_bound_ms(fwd, dense)
         hide = max(series - bound, 0.0) / memory
         lines.append(
             f"| {d} | {n} | {layout} | {fwd['density']:.4f} | {fwd['ms']:.3f} | "

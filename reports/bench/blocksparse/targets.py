@@ -15,16 +15,13 @@ import argparse
 import json
 import pathlib
 
+from floors import density_bound_ms, index_rows  # the script beside this one
+
 FLEX_FACTOR, DENSE_SHARE = 1.5, 0.8
 
 
-def bound_ms(sparse, dense):
-    return 1.25 * sparse["density"] * dense["ms"] + 0.05
-
-
 def table(rows):
-    index = {(r["impl"], r["head_dim"], r["seqlen"], r["layout"], r["pass"]): r
-             for r in rows if r["status"] == "ok"}
+    index = index_rows(rows)
     lines = ["| d | N | layout | density | pass | time (ms) | bound (ms) | ours | flex | ours ÷ flex "
              "| ours ÷ our dense | flex ÷ flex dense | our dense ÷ flex dense "
              f"| {FLEX_FACTOR} x flex ÷ our dense |",
@@ -41,8 +38,9 @@ def table(rows):
         dense_rate, flex_dense_rate = dense["tflops_effective"], flex_dense["tflops_effective"]
         bound = "–"
         if p == "fwd+bwd":
-            bound = f"{bound_ms(ours, dense):.3f}"
-            met["bound"][0] += ours["ms"] <= bound_ms(ours, dense)
+            limit = density_bound_ms(ours, dense)
+            bound = f"{limit:.3f}"
+            met["bound"][0] += ours["ms"] <= limit
             met["bound"][1] += 1
         met["flex"][0] += rate >= FLEX_FACTOR * flex_rate
         met["dense"][0] += rate >= DENSE_SHARE * dense_rate
