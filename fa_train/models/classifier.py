@@ -2,7 +2,9 @@
 
 LRAClassifier: token (vocab) or pixel (intensity/255 -> Linear) embedding, learned or sinusoidal
 positions, optional CLS token, pre-LN (default) encoder, CLS or mean pooling, head
-Linear(d, mlp) -> ReLU -> Linear(mlp, classes). Two towers (Retrieval): one shared encoder embeds
+Linear(d, mlp) -> ReLU -> Linear(mlp, classes). As in the LRA code, tokens equal to the pad id
+(black pixels) can be masked as padding (``mask_pad_tokens``) and the token embedding drawn at
+another scale (``embed_init_std``). Two towers (Retrieval): one shared encoder embeds
 both documents, [e1, e2, e1*e2, e1-e2] -> MLP -> classes.
 
 Learned position tables of image tasks are 2D grids (image_size x image_size, row-major) and can be
@@ -46,6 +48,8 @@ class ClassifierConfig:
     num_towers: int = 1              # 2 = two-tower retrieval head
     multi_label: bool = False        # only read by the task (BCE + micro-F1)
     pad_token_id: int = 0
+    mask_pad_tokens: bool = False    # tokens equal to pad_token_id are padding (LRA: black pixels)
+    embed_init_std: float | None = None  # token embedding init N(0, std); None: 0.02 like the rest
     position_repeat_base: int | None = None  # long-doc: tile a table of this many positions
     emb_layer_norm: bool = False     # RoBERTa-style LayerNorm after the embeddings
     activation_checkpointing: bool = False
@@ -120,6 +124,10 @@ class SequenceClassifier(nn.Module):
             self.head = nn.Sequential(nn.Linear(feat, hidden), nn.ReLU(),
                                       nn.Linear(hidden, cfg.num_classes))
         self.apply(init_bert_weights)
+        if cfg.embed_init_std is not None:
+            if cfg.embed_init_std <= 0:
+                raise ValueError(f"model.embed_init_std must be > 0, got {cfg.embed_init_std}")
+            nn.init.normal_(self.embed.weight, mean=0.0, std=cfg.embed_init_std)
         if cfg.pos_emb == "learned" and cfg.position_repeat_base and \
                 cfg.max_seq_len > cfg.position_repeat_base:
             with torch.no_grad():
@@ -159,6 +167,9 @@ class SequenceClassifier(nn.Module):
 
     def encode(self, input_ids, attention_mask=None):
         mask = attention_mask.to(torch.bool) if attention_mask is not None else None
+        if self.config.mask_pad_tokens:
+            real = input_ids != self.config.pad_token_id
+            mask = real if mask is None else mask & real
         x, mask = self.embed_tokens(input_ids, mask)
         if mask is not None and bool(mask.all()):
             mask = None

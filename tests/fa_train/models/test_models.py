@@ -118,6 +118,28 @@ def test_lra_classifier_variants_and_impls_agree(kw):
     torch.testing.assert_close(_swap_attention(m, "sdpa")(ids, mask), out, atol=1e-5, rtol=1e-5)
 
 
+def test_lra_pad_token_masking_ignores_black_pixels():
+    """With mask_pad_tokens, pixels equal to the pad id neither attend nor enter the mean pool:
+    the logits equal those of an explicit padding mask, whatever the pad token's embedding."""
+    m = _lra(pool="mean", mask_pad_tokens=True, vocab_size=256)
+    ids = torch.randint(1, 256, (2, 64))
+    ids[:, 50:] = 0
+    explicit = torch.ones(2, 64, dtype=torch.bool)
+    explicit[:, 50:] = False
+    torch.testing.assert_close(m(ids), m(ids, explicit))
+    with torch.no_grad():
+        m.embed.weight[0].normal_()          # the pad token's embedding is never used
+    torch.testing.assert_close(m(ids), m(ids, explicit))
+    assert not torch.allclose(_lra(pool="mean", vocab_size=256)(ids), m(ids))
+
+
+def test_lra_embedding_init_scale():
+    assert abs(float(_lra(embed_init_std=1.0).embed.weight.detach().std()) - 1.0) < 0.15
+    assert float(_lra().embed.weight.detach().std()) < 0.05
+    with pytest.raises(ValueError, match="embed_init_std"):
+        _lra(embed_init_std=0.0)
+
+
 def test_position_table_interpolation_for_path_transfer():
     src = _lra(max_seq_len=16, image_size=4)
     dst = _lra(max_seq_len=64, image_size=8)
