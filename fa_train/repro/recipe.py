@@ -313,8 +313,13 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                 p.append(f"paper.tables.{tid}.{row}: no number")
     metric_names = set(d["metrics"] or {})
     for mname, spec in (d["metrics"] or {}).items():
-        if not isinstance(spec, dict) or not spec.get("keys"):
-            p.append(f"metrics.{mname}: needs `keys` (metrics.json keys or bench JSON fields)")
+        if isinstance(spec, dict) and "reach" in spec:
+            reach = spec["reach"]
+            if not isinstance(reach, dict) or not {"curve", "at_least"} <= set(reach):
+                p.append(f"metrics.{mname}.reach: needs `curve` and `at_least` (and `x`)")
+        elif not isinstance(spec, dict) or not spec.get("keys"):
+            p.append(f"metrics.{mname}: needs `keys` (metrics.json keys or bench JSON fields),"
+                     " or `reach` (a metrics.csv curve and the level it must reach)")
     for i, table in enumerate((d["report"] or {}).get("tables") or []):
         tid = table.get("paper_table")
         if tid not in (paper.get("tables") or {}):

@@ -128,8 +128,21 @@ class Ours:
                     if v is not None:
                         out.append(v)
             return out
+        if "reach" in spec:
+            value = self.time_to_reach(entry, spec["reach"])[0]
+            return [] if value is None else [value]
         v = first_number(metrics, spec["keys"])
         return [] if v is None else [v]
+
+    def time_to_reach(self, entry: dict[str, Any], reach: dict[str, Any]) -> tuple[float | None, str]:
+        """(x at the first row of the run's metrics.csv whose `curve` is at least `at_least`, e.g.
+        training seconds to a validation accuracy; else None and why: not reached, or no curve)."""
+        xs, ys = read_loss_csv(self.out_dir / entry.get("run_dir", "") / "metrics.csv",
+                               [reach["curve"]], x_key=reach.get("x", "step"))
+        if not xs:
+            return None, "no curve"
+        return next(((x, "") for x, y in zip(xs, ys) if y >= float(reach["at_least"])),
+                    (None, "not reached"))
 
     def records(self, run: str) -> list[dict[str, Any]]:
         entry = self.runs.get(run) or {}
@@ -141,6 +154,8 @@ class Ours:
         if value is not None:
             return value, ""
         status = self.status(run)
+        if status == "ok" and "reach" in self.recipe.metrics[metric]:
+            return self.time_to_reach(self.runs[run], self.recipe.metrics[metric]["reach"])
         return None, {"ok": "n/a", "oom": "OOM", "not run": "not run"}.get(status, status)
 
 
@@ -335,8 +350,9 @@ def _pyplot():
     return plt
 
 
-def read_loss_csv(path: Path, keys: list[str]) -> tuple[list[float], list[float]]:
-    """(steps, values) of the first column in `keys` present in a metrics.csv."""
+def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:
+    """(x, values) of the first column in `keys` present in a metrics.csv, x from column `x_key`
+    (the optimizer step by default); rows without both are skipped."""
     if not path.exists():
         return [], []
     with open(path, newline="") as fh:
@@ -352,10 +368,16 @@ def read_loss_csv(path: Path, keys: list[str]) -> tuple[list[float], list[float]
             y = float(r[key])
         except (TypeError, ValueError):
             continue
-        try:
-            x = float(r.get("step") or r.get("trainer/global_step") or i)
-        except ValueError:
-            x = float(i)
+        if x_key != "step":
+            try:
+                x = float(r[x_key])
+            except (KeyError, TypeError, ValueError):
+                continue
+        else:
+            try:
+                x = float(r.get("step") or r.get("trainer/global_step") or i)
+            except ValueError:
+                x = float(i)
         xs.append(x)
         ys.append(y)
     return xs, ys
@@ -371,14 +393,15 @@ def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
         entry = ours.runs.get(run)
         if not entry or entry.get("status") != "ok":
             continue
-        xs, ys = read_loss_csv(ours.out_dir / entry.get("run_dir", run) / "metrics.csv", keys)
+        xs, ys = read_loss_csv(ours.out_dir / entry.get("run_dir", run) / "metrics.csv", keys,
+                               x_key=plot.get("x", "step"))
         if xs:
             ax.plot(xs, ys, label=run, marker="." if len(xs) < 30 else None)
             drawn += 1
     if not drawn:
         plt.close(fig)
         return False
-    ax.set_xlabel("optimizer step")
+    ax.set_xlabel(plot.get("xlabel", "optimizer step"))
     ax.set_ylabel(plot.get("ylabel", "training loss"))
     ax.set_title(plot.get("title", "training loss"))
     ax.legend(fontsize=7)
