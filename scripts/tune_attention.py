@@ -24,10 +24,9 @@ import statistics
 import torch
 import triton
 
-from kernels import BlockSparseIndex
-from kernels import flash_attn as fa
-from kernels import tuning
-from kernels.layouts import butterfly_layout
+from kernels import BlockSparseIndex, tuning
+from kernels.attention_launch import AttentionProblem, backward, forward
+from kernels.layouts import LayoutSpec
 from fa_train.metrics.flops import attention_flops
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the reference
@@ -101,23 +100,23 @@ def main():
             do = torch.randn_like(q)
             sparse, density = None, 1.0
             if args.butterfly:
-                layout = butterfly_layout(n, 128, n_factors=args.butterfly)
+                layout = LayoutSpec(block_size=128, n_factors=args.butterfly).build(n)
                 sparse = BlockSparseIndex.from_layout(layout, 128, n, n, causal, q.device)
                 density = layout.float().mean().item()
             seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
-            prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, args.dropout,
-                               seed, sparse)
-            ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
-            ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
+            prob = AttentionProblem(q, k, sm_scale=d ** -0.5, causal=causal,
+                                    dropout_p=args.dropout, seed=seed, sparse=sparse)
+            ref_o, ref_lse = forward(q, k, v, prob, cfg(FWD[0]))
+            ref_g = backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
             fl_f = density * attention_flops(batch, n, n, heads, d, causal, "fwd")
 
             def call(kind, t, tma):
                 swept = cfg(t, tma)
                 if kind == "fwd":
-                    return lambda: fa._forward(q, k, v, prob, swept)[:1]
+                    return lambda: forward(q, k, v, prob, swept)[:1]
                 cfgs = (cfg(DKDV[0]), swept) if kind == "dq" else (swept, cfg(DQ[0]))
-                return lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
-                                            atomic=kind == "dkdv_atomic")
+                return lambda: backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
+                                        atomic=kind == "dkdv_atomic")
 
             timed = []
             for kind, t, tma in candidates(args, tables):

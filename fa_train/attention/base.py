@@ -27,13 +27,15 @@ class Attention:
     """A configured attention implementation, called with the common signature.
 
     Subclasses set `name`, `supports` (keys of FEATURES), `native_varlen` (packed input runs
-    without padding) and `Config` (a dataclass of their options, built from the attention
-    config's keys), and implement `forward`; `packed` may read a packed qkv in place.
+    without padding), `runs_triton` (CUDA tensors needed, or the Triton interpreter) and `Config`
+    (a dataclass of their options, built from the attention config's keys), and implement
+    `forward`; `packed` may read a packed qkv in place.
     """
 
     name: ClassVar[str] = ""
     supports: ClassVar[frozenset] = frozenset()
     native_varlen: ClassVar[bool] = False
+    runs_triton: ClassVar[bool] = False
     Config: ClassVar[type] = NoOptions
 
     def __init__(self, config: Any = None):
@@ -70,8 +72,9 @@ class Attention:
                  "varlen": cu_seqlens is not None, "gqa": gqa}
         for feature, wanted in asked.items():
             if wanted and feature not in self.supports:
-                raise ValueError(f"attention impl {self.name!r} does not support {FEATURES[feature]}; "
-                                 f"it supports: {', '.join(sorted(self.supports))}")
+                raise ValueError(f"attention impl {self.name!r} does not support "
+                                 f"{FEATURES[feature]}; it supports: "
+                                 f"{', '.join(sorted(self.supports))}")
 
     def __call__(self, q, k, v, causal=False, dropout_p=0.0, key_padding_mask=None,
                  softmax_scale=None, cu_seqlens=None, max_seqlen=None) -> torch.Tensor:

@@ -15,6 +15,7 @@ class BlocksparseAttention(Attention):
 
     name = "blocksparse"
     supports = frozenset({"causal", "key_padding_mask", "dropout", "gqa", "varlen"})
+    runs_triton = True
     Config = LayoutSpec
 
     def __init__(self, config: LayoutSpec | None = None):

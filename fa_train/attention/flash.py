@@ -29,6 +29,7 @@ class FlashAttention(Attention):
     name = "flash"
     supports = frozenset({"causal", "key_padding_mask", "dropout", "gqa", "varlen"})
     native_varlen = True
+    runs_triton = True
     Config = FlashOptions
 
     def forward(self, q, k, v, causal, dropout_p, softmax_scale, key_padding_mask=None,
