@@ -7,6 +7,7 @@ counters) see the op. `attention_call` is the entry of the user-facing functions
 kernels/flash_attn.py and kernels/blocksparse.py.
 """
 import inspect
+from operator import itemgetter
 from typing import List, NamedTuple, Optional, Tuple, get_type_hints
 
 import torch
@@ -40,10 +41,14 @@ class OpInputs(NamedTuple):
 
 
 _TYPES = get_type_hints(OpInputs)
-_TENSORS = tuple(n for n, t in _TYPES.items() if t in (torch.Tensor, Optional[torch.Tensor]))
-_LISTS = tuple(n for n, t in _TYPES.items() if t == List[torch.Tensor])
-_OPTIONS = tuple(n for n in OpInputs._fields if n not in _TENSORS + _LISTS)
-_DIFFERENTIABLE = OpInputs._fields[:3]  # q, k, v
+# positions of the tensor, tensor-list and other (option) arguments: what autograd saves as
+# tensors, flattens into them and keeps aside
+_TENSOR_AT = tuple(i for i, t in enumerate(_TYPES.values())
+                   if t in (torch.Tensor, Optional[torch.Tensor]))
+_LIST_AT = tuple(i for i, t in enumerate(_TYPES.values()) if t == List[torch.Tensor])
+_OPTION_AT = tuple(i for i in range(len(OpInputs._fields)) if i not in _TENSOR_AT + _LIST_AT)
+_DIFFERENTIABLE = OpInputs._fields.index("seed")  # q, k, v lead: the inputs with gradients
+_K_AT = OpInputs._fields.index("k")
 _BACKWARD_LEAD = (("do", torch.Tensor), ("o", torch.Tensor), ("lse", torch.Tensor))
 
 
@@ -127,12 +132,15 @@ if interpreting():  # shape functions for the plain custom ops; a triton_op trac
     backward_op.register_fake(_backward_fake)
 
 
+_tensors_of = itemgetter(*_TENSOR_AT)
+_options_of = itemgetter(*_OPTION_AT)
+
+
 def _save_for_backward(ctx, inputs, output):
-    args = OpInputs(*inputs)
-    ctx.save_for_backward(*output, *(getattr(args, n) for n in _TENSORS),
-                          *(t for n in _LISTS for t in getattr(args, n)))
-    ctx.list_lengths = tuple(len(getattr(args, n)) for n in _LISTS)
-    ctx.options = tuple(getattr(args, n) for n in _OPTIONS)
+    lists = [inputs[i] for i in _LIST_AT]
+    ctx.save_for_backward(*output, *_tensors_of(inputs), *(t for x in lists for t in x))
+    ctx.list_lengths = [len(x) for x in lists]
+    ctx.options = _options_of(inputs)
     ctx.mark_non_differentiable(output[1])
 
 
@@ -140,20 +148,23 @@ def _gradients(ctx, do, backward_fn):
     """The gradients of q, k, v from the saved tensors through `backward_fn` (the op or its
     plain function): (dqkv, None, None) for a packed qkv."""
     o, lse, *saved = ctx.saved_tensors
-    values = dict(zip(_TENSORS, saved))
-    rest = saved[len(_TENSORS):]
-    for name, count in zip(_LISTS, ctx.list_lengths):
-        values[name], rest = list(rest[:count]), rest[count:]
-    args = OpInputs(**values, **dict(zip(_OPTIONS, ctx.options)))
+    args = [None] * len(OpInputs._fields)
+    for i, t in zip(_TENSOR_AT, saved):
+        args[i] = t
+    rest = len(_TENSOR_AT)
+    for i, count in zip(_LIST_AT, ctx.list_lengths):
+        args[i], rest = saved[rest:rest + count], rest + count
+    for i, x in zip(_OPTION_AT, ctx.options):
+        args[i] = x
     grads = backward_fn(do, o, lse, *args)
-    return (grads[0], None, None) if args.k is None else tuple(grads)
+    return (grads[0], None, None) if args[_K_AT] is None else tuple(grads)
 
 
 def _op_backward(ctx, do, _dlse):
     # one entry per input past q, k, v: a list of Nones for a list input
-    lengths = dict(zip(_LISTS, ctx.list_lengths))
-    rest = ([None] * lengths[n] if n in lengths else None
-            for n in OpInputs._fields[len(_DIFFERENTIABLE):])
+    lengths = dict(zip(_LIST_AT, ctx.list_lengths))
+    rest = ([None] * lengths[i] if i in lengths else None
+            for i in range(_DIFFERENTIABLE, len(OpInputs._fields)))
     return (*_gradients(ctx, do, backward_op), *rest)
 
 
@@ -174,7 +185,7 @@ class _EagerAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, do, _dlse):
         return (*_gradients(ctx, do, backward_impl),
-                *[None] * (len(OpInputs._fields) - len(_DIFFERENTIABLE)))
+                *[None] * (len(OpInputs._fields) - _DIFFERENTIABLE))
 
 
 def _attention(*inputs):
