@@ -214,11 +214,9 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     check_dropout(dropout_p)
     # a tensor, so that compiled graphs need not leave the graph to draw it
     seed = draw_seed(q.device) if dropout_p > 0.0 else None
-    inputs = OpInputs(
-        q, k, v, seed=seed, kpm=kpm, cu_q=cu_q, cu_k=cu_k,
-        sparse=[*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else [],
-        max_q=int(max_q or 0), max_k=int(max_k or 0),
-        block=sparse.block if sparse is not None else 0, causal=bool(causal),
-        sm_scale=resolve_scale(softmax_scale, q.shape[-1]), dropout_p=float(dropout_p),
-        deterministic=bool(deterministic))
-    return _attention(*inputs)
+    lists = [*sparse.row_lists(), *sparse.col_lists()] if sparse is not None else []
+    block = sparse.block if sparse is not None else 0
+    # in OpInputs order (positional: a NamedTuple built from keywords costs a microsecond more)
+    return _attention(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
+                      block, bool(causal), resolve_scale(softmax_scale, q.shape[-1]),
+                      float(dropout_p), bool(deterministic))
