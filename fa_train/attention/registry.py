@@ -1,7 +1,7 @@
 """Implementation names -> classes, and `build_attention`, which every model calls."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from fa_train.attention.auto import AutoAttention
 from fa_train.attention.base import Attention
