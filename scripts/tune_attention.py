@@ -95,7 +95,7 @@ def main():
     if args.butterfly or args.layout is not None:
         fields = {"n_factors": args.butterfly} if args.butterfly else args.layout
         try:
-            spec = LayoutSpec.from_config({"block_size": 128, **fields})
+            spec = LayoutSpec(**{"block_size": 128, **fields})
         except (TypeError, ValueError) as exc:
             ap.error(f"--layout: {exc}")
     if not set(args.loads.split(",")) <= set(LOADS):
