@@ -386,7 +386,7 @@ def train(cfg) -> dict:
                 metrics["world_size"] = trainer.world_size
                 metrics["tokens_per_sec"] = (perf.summary["tokens_per_sec_per_device"]
                                              * trainer.world_size)
-        if hasattr(model, "attention"):
+        if metrics.get("attention") == "blocksparse":
             metrics.update(model.attention.stats())
         metrics.setdefault("tokens_per_sec_per_device", None)
         metrics.setdefault("mfu", None)
