@@ -387,8 +387,7 @@ def train(cfg) -> dict:
                 metrics["tokens_per_sec"] = (perf.summary["tokens_per_sec_per_device"]
                                              * trainer.world_size)
         if metrics.get("attention") == "blocksparse":
-            from fa_train.attention.dispatch import LAYOUT_STATS
-            metrics.update(LAYOUT_STATS)
+            metrics.update(model.attention.stats())
         metrics.setdefault("tokens_per_sec_per_device", None)
         metrics.setdefault("mfu", None)
         metrics.setdefault("peak_memory_gib", None)

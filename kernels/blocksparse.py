@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.flash_attn import _cdiv, attention_call, check_key_padding_mask, check_qkv
+from kernels.attention_inputs import check_key_padding_mask, check_qkv
+from kernels.attention_launch import cdiv
+from kernels.attention_op import attention_call
 
 BLOCK_SIZES = (16, 32, 64, 128)
 
@@ -79,7 +81,7 @@ class BlockSparseIndex:
         nb_q, nb_k = layout.shape
         seqlen_q = seqlen_q or nb_q * block_size
         seqlen_k = seqlen_k or nb_k * block_size
-        if (_cdiv(seqlen_q, block_size), _cdiv(seqlen_k, block_size)) != (nb_q, nb_k):
+        if (cdiv(seqlen_q, block_size), cdiv(seqlen_k, block_size)) != (nb_q, nb_k):
             raise ValueError(f"layout of {nb_q}x{nb_k} blocks does not fit sequence lengths "
                              f"({seqlen_q}, {seqlen_k}) with block_size {block_size}")
         device = device or layout.device
@@ -107,7 +109,7 @@ def _prepare_index(layout, block_size, causal, seqlen_q, seqlen_k, device):
             raise ValueError(f"layout index was built for (block, seqlens, causal) = "
                              f"{(layout.block, layout.seqlens, layout.causal)}, call needs {wanted}")
         return layout
-    nb = (_cdiv(seqlen_q, block_size), _cdiv(seqlen_k, block_size))
+    nb = (cdiv(seqlen_q, block_size), cdiv(seqlen_k, block_size))
     if not isinstance(layout, torch.Tensor) or tuple(layout.shape) != nb:
         got = tuple(layout.shape) if isinstance(layout, torch.Tensor) else type(layout).__name__
         raise ValueError(f"layout must be a bool tensor of shape (ceil(Nq/{block_size}), "

@@ -2,13 +2,18 @@
 
 A layout at block size `block` for a sequence of `seqlen` tokens has nb = ceil(seqlen / block)
 block rows and columns; layout[i, j] is True when query block i may attend to key block j.
-The butterfly pattern follows shared/specs/butterfly.md ("flat block butterfly", Pixelated
-Butterfly): block (i, j) is nonzero iff i XOR j is in {0, 1, 2, ..., 2^(k-1)} inside each
-butterfly_size x butterfly_size diagonal group, plus optional dense global block rows/columns.
+The butterfly pattern is the "flat block butterfly" of Pixelated Butterfly (Chen et al., 2022):
+block (i, j) is nonzero iff i XOR j is in {0, 1, 2, ..., 2^(k-1)} inside each butterfly_size x
+butterfly_size diagonal group, plus optional dense global block rows/columns. `LayoutSpec` names
+a pattern by these parameters and builds it for a sequence length.
 """
+from dataclasses import dataclass, fields
+from typing import Optional
+
 import torch
 
 __all__ = [
+    "LayoutSpec",
     "num_blocks",
     "butterfly_layout",
     "local_layout",
@@ -165,3 +170,51 @@ def density_report(layout):
         "col_nnz_max": int(col.max().item()) if col.numel() else 0,
         "empty_rows": int((row == 0).sum().item()),
     }
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """A block-sparse layout pattern, named by its parameters (the keys of
+    configs/attention/blocksparse.yaml): one place turns them into a layout for the model, the
+    benchmarks, the tuning tools and the probes.
+
+    block_size: tokens per block side. butterfly_size: size of the diagonal butterfly groups in
+    blocks (None: all blocks). n_factors: XOR factors (None: log2(butterfly_size)). global_size:
+    dense leading block rows and columns. local_window: an extra sliding window of that many
+    blocks each side (0: none).
+    """
+
+    block_size: int = 128
+    butterfly_size: Optional[int] = None
+    n_factors: Optional[int] = None
+    global_size: int = 0
+    local_window: int = 0
+
+    def __post_init__(self):
+        _check_int("block_size", self.block_size, 1)
+        for name in ("butterfly_size", "n_factors"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), 1 if name == "butterfly_size" else 0)
+        _check_int("global_size", self.global_size, 0)
+        _check_int("local_window", self.local_window, 0)
+
+    @classmethod
+    def from_config(cls, config):
+        """The spec from a mapping holding (some of) its fields; other keys are left alone."""
+        return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
+
+    def build(self, seqlen, causal=False):
+        """(nb, nb) bool layout for `seqlen` tokens: the butterfly (with its global blocks), joined
+        with the local band when local_window > 0, cut to the lower block triangle when causal."""
+        layout = butterfly_layout(seqlen, self.block_size, butterfly_size=self.butterfly_size,
+                                  n_factors=self.n_factors, global_size=self.global_size)
+        if self.local_window:
+            layout = layout_union(layout, local_layout(seqlen, self.block_size, self.local_window))
+        return causal_layout(layout) if causal else layout
+
+    def label(self):
+        """Short text naming the parameters that differ from the defaults (for tables)."""
+        default = LayoutSpec()
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                 if getattr(self, f.name) != getattr(default, f.name)]
+        return ",".join(parts) or "butterfly"

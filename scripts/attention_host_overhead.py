@@ -17,6 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from kernels import attention_launch, attention_op
 from kernels import flash_attn as fa
 
 
@@ -57,9 +58,12 @@ def main():
     qh, kh, vh = (t.detach().transpose(1, 2) for t in (q, k, v))
     scale = 64 ** -0.5
     seed = torch.zeros(1, dtype=torch.int64, device="cuda")  # the kernels read it on the device
-    prob = fa._problem(q, k, seed, None, None, None, [], 0, 0, 0, True, scale, 0.0)
-    o, lse = fa._forward(q.detach(), k.detach(), v.detach(), prob)
-    op_args = (seed, None, None, None, [], 0, 0, 0, True, scale, 0.0, False)
+    prob = attention_launch.AttentionProblem(q, k, sm_scale=scale, causal=True, seed=seed)
+    o, lse = attention_launch.forward(q.detach(), k.detach(), v.detach(), prob)
+    op_inputs = attention_op.OpInputs(q.detach(), k.detach(), v.detach(), seed=seed, kpm=None,
+                                      cu_q=None, cu_k=None, sparse=[], max_q=0, max_k=0, block=0,
+                                      causal=True, sm_scale=scale, dropout_p=0.0,
+                                      deterministic=False)
 
     def fwd_bwd(attn):
         def run():
@@ -77,13 +81,12 @@ def main():
         "sdpa forward (no grad)": lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=True),
         "flash_attn_func forward (no grad)": lambda: fa.flash_attn_func(
             q.detach(), k.detach(), v.detach(), causal=True),
-        "custom op forward": lambda: fa._flash_fwd_op(q.detach(), k.detach(), v.detach(), *op_args),
-        "_forward (launcher, 1 kernel)": lambda: fa._forward(q.detach(), k.detach(), v.detach(),
-                                                             prob),
-        "custom op backward": lambda: fa._flash_bwd_op(do, q.detach(), k.detach(), v.detach(), o,
-                                                       lse, *op_args),
-        "_backward (launcher, 3 kernels)": lambda: fa._backward(do, q.detach(), k.detach(),
-                                                                v.detach(), o, lse, prob),
+        "custom op forward": lambda: attention_op.forward_op(*op_inputs),
+        "forward (launcher, 1 kernel)": lambda: attention_launch.forward(
+            q.detach(), k.detach(), v.detach(), prob),
+        "custom op backward": lambda: attention_op.backward_op(do, o, lse, *op_inputs),
+        "backward (launcher, 3 kernels)": lambda: attention_launch.backward(
+            do, q.detach(), k.detach(), v.detach(), o, lse, prob),
         "sdpa fwd+bwd (eager autograd)": fwd_bwd(sdpa),
         "flash fwd+bwd (eager autograd)": fwd_bwd(flash),
         "sdpa fwd+bwd (compiled)": fwd_bwd(torch.compile(sdpa)),

@@ -22,8 +22,9 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels import flash_attn as fa
 from kernels import tuning
+from kernels.attention_kernels import bwd_dkdv_kernel, bwd_dq_kernel, fwd_kernel
+from kernels.attention_launch import block_d_for
 
 # dtypes of the pointer arguments by name; other upper-case arguments are int32 index arrays
 POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "DO": "*bf16", "DK": "*bf16",
@@ -63,7 +64,7 @@ def _descriptors(kernel, config, constants):
     through host descriptors, whose tiles are one head's rows x BLOCK_D."""
     if config.get("TMA") != tuning.HOST_DESCRIPTORS:
         return {}, {"DESC1": None, "DESC2": None}
-    rows = config["BLOCK_M"] if kernel is fa._bwd_dkdv_kernel else config["BLOCK_N"]
+    rows = config["BLOCK_M"] if kernel is bwd_dkdv_kernel else config["BLOCK_N"]
     desc = f"tensordesc<bf16[1,{rows},1,{constants['BLOCK_D']}]>"
     return {"DESC1": desc, "DESC2": desc}, {}
 
@@ -130,7 +131,7 @@ def loop_waits(ttgir):
 def kernel_cases(head_dim, same_tiles=False, causal=False, dropout=False):
     """(name, kernel, launch config, constants) of each kernel, dense and block-sparse (with
     same_tiles, both with the block-sparse tiles)."""
-    block_d = fa.block_d_for(head_dim)
+    block_d = block_d_for(head_dim)
     base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, HAS_KPM=False,
                 VARLEN=False, DROPOUT=dropout, ATOMIC_DQ=False, PACKED=False)
     for sparse in (False, True):
@@ -140,9 +141,9 @@ def kernel_cases(head_dim, same_tiles=False, causal=False, dropout=False):
         dkdv, dq = tuning.backward_configs(block_d, sparse=tiles)
         forward = tuning.forward_config(block_d, causal, sparse=tiles)
         kind = "block-sparse" if sparse else "dense"
-        for name, kernel, config in (("forward", fa._fwd_kernel, forward),
-                                     ("dK/dV", fa._bwd_dkdv_kernel, dkdv),
-                                     ("dQ", fa._bwd_dq_kernel, dq)):
+        for name, kernel, config in (("forward", fwd_kernel, forward),
+                                     ("dK/dV", bwd_dkdv_kernel, dkdv),
+                                     ("dQ", bwd_dq_kernel, dq)):
             if tiles:  # tiles fit in the layout blocks
                 config = dict(config, BLOCK_M=min(config["BLOCK_M"], LAYOUT_BLOCK),
                               BLOCK_N=min(config["BLOCK_N"], LAYOUT_BLOCK))

@@ -2,13 +2,15 @@
 
 Usage: python scripts/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
-                                         [--butterfly K] [--dropout P] [--batch B] [--heads H]
+                                         [--butterfly K | --layout JSON] [--dropout P]
+                                         [--batch B] [--heads H]
                                          [--tma | --loads ptr,tma,host] [--max-tiles N]
                                          [--rounds R]
 Shapes default to batch x seqlen = 16K tokens and heads x head_dim = 2048 (the benchmark's);
 --batch and --heads set them (GPT-2 small: --batch 16 --heads 12 --seqlen 1024).
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
-blocks (tiles then fit in the layout's blocks); --dropout P times them with dropout (one seed);
+blocks (tiles then fit in the layout's blocks); --layout over any kernels.layouts.LayoutSpec,
+given as JSON of its fields (block_size 128 unless named); --dropout P times them with dropout (one seed);
 --tma loads the swept kernels' streamed tiles through TMA descriptors that each program makes (the
 reference configs stay on pointer loads); --loads sweeps every tile in each listed way: ptr
 (pointer loads), tma (per-program descriptors), host (the launcher's descriptors).
@@ -20,14 +22,14 @@ import argparse
 import json
 import pathlib
 import statistics
+from dataclasses import asdict
 
 import torch
 import triton
 
-from kernels import BlockSparseIndex
-from kernels import flash_attn as fa
-from kernels import tuning
-from kernels.layouts import butterfly_layout
+from kernels import BlockSparseIndex, tuning
+from kernels.attention_launch import AttentionProblem, backward, forward
+from kernels.layouts import LayoutSpec
 from fa_train.metrics.flops import attention_flops
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the reference
@@ -74,6 +76,8 @@ def main():
     ap.add_argument("--kinds", default="fwd,dkdv,dq,dkdv_atomic")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--butterfly", type=int, default=0, help="factors of a butterfly layout (0: dense)")
+    ap.add_argument("--layout", type=json.loads, default=None,
+                    help='LayoutSpec fields as JSON, e.g. \'{"n_factors": 2, "local_window": 1}\'')
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
     ap.add_argument("--batch", type=int, default=0, help="batch size (0: 16K tokens / seqlen)")
     ap.add_argument("--heads", type=int, default=0, help="heads (0: 2048 / head dim)")
@@ -85,6 +89,15 @@ def main():
     args = ap.parse_args()
     if args.tma:
         args.loads = "tma"
+    if args.butterfly and args.layout is not None:
+        ap.error("give --butterfly or --layout, not both")
+    spec = None
+    if args.butterfly or args.layout is not None:
+        fields = {"n_factors": args.butterfly} if args.butterfly else args.layout
+        try:
+            spec = LayoutSpec(**{"block_size": 128, **fields})
+        except (TypeError, ValueError) as exc:
+            ap.error(f"--layout: {exc}")
     if not set(args.loads.split(",")) <= set(LOADS):
         ap.error(f"--loads takes {', '.join(LOADS)}, got {args.loads!r}")
     out_dir = pathlib.Path(args.out_dir)
@@ -100,24 +113,25 @@ def main():
                        for _ in range(3)]
             do = torch.randn_like(q)
             sparse, density = None, 1.0
-            if args.butterfly:
-                layout = butterfly_layout(n, 128, n_factors=args.butterfly)
-                sparse = BlockSparseIndex.from_layout(layout, 128, n, n, causal, q.device)
+            if spec is not None:
+                layout = spec.build(n)
+                sparse = BlockSparseIndex.from_layout(layout, spec.block_size, n, n, causal,
+                                                      q.device)
                 density = layout.float().mean().item()
             seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
-            prob = fa._Problem(q, k, d ** -0.5, causal, None, None, None, None, None, args.dropout,
-                               seed, sparse)
-            ref_o, ref_lse = fa._forward(q, k, v, prob, cfg(FWD[0]))
-            ref_g = fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
+            prob = AttentionProblem(q, k, sm_scale=d ** -0.5, causal=causal,
+                                    dropout_p=args.dropout, seed=seed, sparse=sparse)
+            ref_o, ref_lse = forward(q, k, v, prob, cfg(FWD[0]))
+            ref_g = backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
             fl_f = density * attention_flops(batch, n, n, heads, d, causal, "fwd")
 
             def call(kind, t, tma):
                 swept = cfg(t, tma)
                 if kind == "fwd":
-                    return lambda: fa._forward(q, k, v, prob, swept)[:1]
+                    return lambda: forward(q, k, v, prob, swept)[:1]
                 cfgs = (cfg(DKDV[0]), swept) if kind == "dq" else (swept, cfg(DQ[0]))
-                return lambda: fa._backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
-                                            atomic=kind == "dkdv_atomic")
+                return lambda: backward(do, q, k, v, ref_o, ref_lse, prob, configs=cfgs,
+                                        atomic=kind == "dkdv_atomic")
 
             timed = []
             for kind, t, tma in candidates(args, tables):
@@ -149,7 +163,7 @@ def main():
             qt, kt, vt = [x.transpose(1, 2) for x in (q, k, v)]
             from torch.nn.attention import SDPBackend, sdpa_kernel
             peers = (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION))
-            for name, be in peers if not args.butterfly else ():
+            for name, be in peers if spec is None else ():
                 with sdpa_kernel(be):
                     f = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                     ms = bench(f)
@@ -167,7 +181,8 @@ def main():
             # written after every case, so that a run stopped early keeps what it measured
             (out_dir / "tune.json").write_text(json.dumps(dict(
                 device=torch.cuda.get_device_name(), seqlen=n, batch=args.batch, heads=args.heads,
-                butterfly=args.butterfly, dropout=args.dropout, loads=args.loads,
+                butterfly=args.butterfly, layout=asdict(spec) if spec else None,
+                dropout=args.dropout, loads=args.loads,
                 rounds=args.rounds, rows=rows), indent=1))
 
 

@@ -1,10 +1,13 @@
-"""Attention dispatch: the single place where an implementation name becomes a callable.
+"""Attention implementations behind one registry and one signature.
 
 Every model calls attention through :func:`build_attention`, so switching
 ``attention=standard|sdpa|flash|blocksparse|auto`` changes nothing else: with the same weights
 and dropout off, all implementations give the same outputs within floating-point tolerance.
 
-One signature for every implementation (tensors in flash-attn layout, (batch, seqlen, heads, head_dim))::
+Each implementation is a class (one module each) that owns its config, declares what it supports
+(``supports``: causal, key_padding_mask, dropout, gqa, varlen; a call asking for anything else
+gets a clear error) and is called with one signature, tensors in flash-attn layout
+(batch, seqlen, heads, head_dim)::
 
     out = attn(q, k, v, causal=False, dropout_p=0.0, key_padding_mask=None, softmax_scale=None,
                cu_seqlens=None, max_seqlen=None)
@@ -19,29 +22,24 @@ three in place and writes one packed gradient, so no pass copies them; the other
   packed the same way. ``flash`` runs such input natively (``kernels.flash_attn_varlen_func``);
   the other implementations pad, attend with a key-padding mask and unpad again.
 
-Implementations: ``standard`` (materialized: scores, masks, fp32 softmax, torch dropout, matmul,
-as Hugging Face / Megatron do), ``sdpa`` (torch.nn.functional.scaled_dot_product_attention),
-``flash`` (our Triton kernel), ``blocksparse`` (our block-sparse Triton kernel, layout from config)
-and ``auto`` (``flash`` on CUDA tensors, ``sdpa`` otherwise; resolved per call from q.device).
+Implementations: ``standard`` (materialized: scores, masks, fp32 softmax, torch dropout, matmul),
+``sdpa`` (torch.nn.functional.scaled_dot_product_attention), ``flash`` (our Triton kernel; option
+``deterministic``), ``blocksparse`` (our block-sparse Triton kernel; its options are the fields of
+``kernels.layouts.LayoutSpec``, and ``stats()`` describes its layout) and ``auto`` (``flash`` on
+CUDA tensors, ``sdpa`` otherwise; resolved per call from q.device).
 """
-from fa_train.attention.dispatch import (
-    ATTENTION_IMPLS,
-    Attention,
-    attention_impl_names,
-    build_attention,
-    get_attention_fn,
-    pad_input,
-    resolve_impl,
-    unpad_input,
-)
+from fa_train.attention.base import FEATURES, Attention
+from fa_train.attention.padding import pad_input, unpad_input
+from fa_train.attention.registry import (ATTENTION_CLASSES, attention_class, attention_names,
+                                         build_attention)
 
 __all__ = [
-    "ATTENTION_IMPLS",
+    "ATTENTION_CLASSES",
+    "FEATURES",
     "Attention",
-    "attention_impl_names",
+    "attention_class",
+    "attention_names",
     "build_attention",
-    "get_attention_fn",
     "pad_input",
-    "resolve_impl",
     "unpad_input",
 ]

@@ -8,20 +8,19 @@ and pass.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
 from fa_train.bench.attention import _check_list, make_inputs, shape_for
 from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, environment, make_progress,
                                    parse_dtype, resolve_device)
-from fa_train.bench.impls import (AttentionImpl, Built, Case, FlashImpl, _check_triton_device,
-                                  _from_bhnd, _identity, _leaves_bhnd, _leaves_bnhd,
-                                  flex_attention_fn, flex_block_mask)
+from fa_train.bench.impls import (AttentionImpl, Built, Case, FlexImpl, RegistryImpl, _from_bhnd,
+                                  _leaves_bhnd, flex_attention_fn, flex_block_mask)
 from fa_train.bench.report import Plot, Table, write_reports
 from fa_train.bench.runner import measure, reference_output
 from fa_train.metrics.flops import attention_flops
-from kernels.layouts import butterfly_layout, causal_layout, density, num_blocks
+from kernels.layouts import LayoutSpec, density, num_blocks
 
 BLOCKSPARSE_IMPLS = ("blocksparse", "flash", "flex")
 
@@ -32,28 +31,26 @@ def max_factors(seqlen, block):
 
 
 def layout_for_density(seqlen, block, target):
-    """Butterfly layout (all factors that fit) plus global blocks, density closest to `target`.
-
-    Returns (layout, n_factors, global_size). Below the full butterfly's density, fewer factors.
-    """
+    """The LayoutSpec, butterfly (all factors that fit) plus global blocks, whose layout's density
+    is closest to `target`; below the full butterfly's density, fewer factors."""
     if not 0.0 < target <= 1.0:
         raise ValueError(f"density target must be in (0, 1], got {target}")
     k_max = max_factors(seqlen, block)
-    candidates = []
-    for k in range(k_max + 1):
-        candidates.append((butterfly_layout(seqlen, block, n_factors=k), k, 0))
-    full = candidates[-1][0]
-    if density(full) < target:
-        lo, hi = 0, full.shape[0]  # smallest global_size reaching the target
+    candidates = [LayoutSpec(block_size=block, n_factors=k) for k in range(k_max + 1)]
+
+    def dens(spec):
+        return density(spec.build(seqlen))
+    if dens(candidates[-1]) < target:
+        lo, hi = 0, num_blocks(seqlen, block)  # smallest global_size reaching the target
         while lo < hi:
             mid = (lo + hi) // 2
-            if density(butterfly_layout(seqlen, block, global_size=mid)) >= target:
+            if dens(LayoutSpec(block_size=block, n_factors=k_max, global_size=mid)) >= target:
                 hi = mid
             else:
                 lo = mid + 1
-        for g in {max(lo - 1, 0), lo}:
-            candidates.append((butterfly_layout(seqlen, block, global_size=g), k_max, g))
-    return min(candidates, key=lambda c: (abs(density(c[0]) - target), -c[1], c[2]))
+        candidates += [LayoutSpec(block_size=block, n_factors=k_max, global_size=g)
+                       for g in {max(lo - 1, 0), lo}]
+    return min(candidates, key=lambda s: (abs(dens(s) - target), -s.n_factors, s.global_size))
 
 
 def expand_layout(layout, block, seqlen):
@@ -61,25 +58,9 @@ def expand_layout(layout, block, seqlen):
     return layout.repeat_interleave(block, 0)[:seqlen].repeat_interleave(block, 1)[:, :seqlen]
 
 
-class BlocksparseImpl(AttentionImpl):
-    """Our kernels.blocksparse_attn_func with a fixed layout, (B, N, H, d)."""
-    name = "blocksparse"
-
-    def __init__(self, layout, block):
-        self.layout, self.block = layout, block
-
-    def check_support(self, case):
-        _check_triton_device(case, "blocksparse")
-
-    def build(self, case, q, k, v, dropout_p):
-        from kernels import BlockSparseIndex, blocksparse_attn_func
-        # the CSR block lists are built once here, so the timed call is the kernels alone
-        index = BlockSparseIndex.from_layout(self.layout.to(case.device), self.block,
-                                             case.seqlen, case.seqlen, case.causal)
-        leaves = _leaves_bnhd(q, k, v)
-        return Built(lambda: blocksparse_attn_func(*leaves, index, block_size=self.block,
-                                                   causal=case.causal, dropout_p=dropout_p),
-                     leaves, _identity)
+def blocksparse_impl(spec):
+    """Our block-sparse attention (fa_train.attention's ``blocksparse``) over `spec`'s layout."""
+    return RegistryImpl("blocksparse", {"impl": "blocksparse", **asdict(spec)})
 
 
 class FlexBlocksparseImpl(AttentionImpl):
@@ -90,7 +71,6 @@ class FlexBlocksparseImpl(AttentionImpl):
         self.layout, self.block = layout, block
 
     def check_support(self, case):
-        from fa_train.bench.impls import FlexImpl
         FlexImpl().check_support(case)
 
     def build(self, case, q, k, v, dropout_p):
@@ -107,6 +87,7 @@ class BlocksparseBenchConfig(RunOptions):
     head_dims: list = field(default_factory=lambda: [64, 128])
     factors: list = None  # ints or "max"; default [1, 2, 3, 4, "max"] unless densities given
     densities: list = None
+    layouts: list = None  # LayoutSpec mappings (block_size defaults to `block`), any pattern
     block: int = 128
     causal: list = field(default_factory=lambda: [False])
     dropout_p: float = 0.0
@@ -128,9 +109,11 @@ class BlocksparseBenchConfig(RunOptions):
         _check_list("tokens", [self.tokens], positive=True)
         _check_list("hidden", [self.hidden], positive=True)
         parse_dtype(self.dtype)
-        if self.factors is not None and self.densities is not None:
-            raise ValueError("give factors or densities, not both")
-        if self.densities is not None:
+        if sum(x is not None for x in (self.factors, self.densities, self.layouts)) > 1:
+            raise ValueError("give one of factors, densities and layouts")
+        if self.layouts is not None:
+            self.layouts = [self.layout_spec(m) for m in _check_list("layouts", self.layouts)]
+        elif self.densities is not None:
             for d in _check_list("densities", self.densities):
                 if not 0.0 < float(d) <= 1.0:
                     raise ValueError(f"densities: {d!r} is not in (0, 1]")
@@ -154,30 +137,41 @@ class BlocksparseBenchConfig(RunOptions):
         resolve_device(self.device)
         return self
 
+    def layout_spec(self, mapping):
+        """A LayoutSpec from a mapping of its fields, at this benchmark's block size unless the
+        mapping names one."""
+        if isinstance(mapping, LayoutSpec):
+            return mapping
+        names = [f.name for f in fields(LayoutSpec)]
+        if not isinstance(mapping, dict) or set(mapping) - set(names):
+            raise ValueError(f"layouts: {mapping!r} is not a mapping of LayoutSpec fields {names}")
+        return LayoutSpec.from_config({"block_size": self.block, **mapping})
+
 
 def layout_specs(config, seqlen):
-    """[(label, layout or error text, n_factors, global_size, target density)] for one seqlen."""
+    """[(label, LayoutSpec, its layout or the error text, target density)] for one seqlen."""
+    if config.layouts is not None:
+        labelled = [(spec.label(), spec, None) for spec in config.layouts]
+    elif config.densities is not None:
+        labelled = [(f"density~{target:g}", layout_for_density(seqlen, config.block, float(target)),
+                     float(target)) for target in config.densities]
+    else:
+        k_max = max_factors(seqlen, config.block)
+        labelled = [(f"k={k}", LayoutSpec(block_size=config.block, n_factors=k), None)
+                    for k in dict.fromkeys(k_max if f == "max" else f for f in config.factors)]
     specs = []
-    if config.densities is not None:
-        for target in config.densities:
-            layout, k, g = layout_for_density(seqlen, config.block, float(target))
-            specs.append((f"density~{target:g}", layout, k, g, float(target)))
-        return specs
-    k_max = max_factors(seqlen, config.block)
-    for f in dict.fromkeys(k_max if f == "max" else f for f in config.factors):
-        k = f
-        label = f"k={k}"
+    for label, spec, target in labelled:
         try:
-            specs.append((label, butterfly_layout(seqlen, config.block, n_factors=k), k, 0, None))
+            specs.append((label, spec, spec.build(seqlen), target))
         except ValueError as exc:
-            specs.append((label, str(exc), k, 0, None))
+            specs.append((label, spec, str(exc), target))
     return specs
 
 
 def dense_impls(config, seqlen):
     """[(name, impl)] timed on the dense layout: our dense kernel, and FlexAttention with every
     block allowed, so that each block-sparse rate has its own kernel's dense rate beside it."""
-    impls = [("flash", FlashImpl())] if "flash" in config.impls else []
+    impls = [("flash", RegistryImpl("flash", "flash"))] if "flash" in config.impls else []
     if "flex" in config.impls:
         nb = num_blocks(seqlen, config.block)
         impls.append(("flex", FlexBlocksparseImpl(torch.ones(nb, nb, dtype=torch.bool),
@@ -219,40 +213,43 @@ def run_blocksparse_bench(config):
                                         "global_size": None, "density": 1.0,
                                         "target_density": None, "flops": flops} | m)
                 bar.advance()
-            for label, layout, n_factors, global_size, target in specs_by_n[seqlen]:
+            for label, spec, layout, target in specs_by_n[seqlen]:
+                n_factors, global_size = spec.n_factors, spec.global_size
+                block_row = base | {"block": spec.block_size}
                 if isinstance(layout, str):  # the layout itself is invalid for this seqlen
                     for name in config.impls:
                         if name != "flash":
-                            rows.extend(base | {"impl": name, "layout": label, "n_factors": n_factors,
-                                                "global_size": global_size, "density": None,
-                                                "target_density": target, "pass": p,
-                                                "status": "unsupported", "reason": layout}
+                            rows.extend(block_row | {"impl": name, "layout": label,
+                                                     "n_factors": n_factors,
+                                                     "global_size": global_size, "density": None,
+                                                     "target_density": target, "pass": p,
+                                                     "status": "unsupported", "reason": layout}
                                         for p in config.passes)
                             bar.advance()
                     continue
-                if causal:
-                    layout = causal_layout(layout)
+                layout = spec.build(seqlen, causal)
                 dens = density(layout)
                 token_mask = None
                 if config.check and seqlen <= 8192:
-                    token_mask = expand_layout(layout, config.block, seqlen).to(device)
+                    token_mask = expand_layout(layout, spec.block_size, seqlen).to(device)
 
                 def reference(case_, q_, k_, v_, mask=token_mask):
                     return reference_output(case_, q_, k_, v_, attn_mask=mask[None, None])
                 for name in config.impls:
                     if name == "flash":
                         continue
-                    impl = (BlocksparseImpl if name == "blocksparse" else FlexBlocksparseImpl)(
-                        layout, config.block)
+                    impl = (blocksparse_impl(spec) if name == "blocksparse"
+                            else FlexBlocksparseImpl(layout, spec.block_size))
                     bar.describe(f"{name} {label} d={head_dim} N={seqlen}")
                     for m in measure(impl, case, q, k, v, config.passes,
                                      check=token_mask is not None, tolerance=tolerance,
                                      warmup_ms=config.warmup_ms, rep_ms=config.rep_ms,
                                      reference=reference):
-                        rows.append(base | {"impl": name, "layout": label, "n_factors": n_factors,
-                                            "global_size": global_size, "density": dens,
-                                            "target_density": target,
-                                            "flops": dens * dense_flops[m["pass"]]} | m)
+                        rows.append(block_row | {"impl": name, "layout": label,
+                                                 "n_factors": n_factors,
+                                                 "global_size": global_size, "density": dens,
+                                                 "target_density": target,
+                                                 "flops": dens * dense_flops[m["pass"]]} | m)
                     bar.advance()
             del q, k, v
     return add_derived(rows)
@@ -300,7 +297,7 @@ def write_blocksparse_reports(rows, out_dir, config, name="blocksparse"):
     if isinstance(config, dict):
         config = BlocksparseBenchConfig(**config)
     notes = [
-        f"Butterfly layouts at block {config.block} (kernels.layouts.butterfly_layout; k = number "
+        f"Butterfly layouts at block {config.block} (kernels.layouts.LayoutSpec; k = number "
         "of XOR factors, density in the rows). FlexAttention runs the same block mask; its "
         "dense row allows every block.",
         f"dtype {config.dtype}; dropout {config.dropout_p} (FlexAttention has none; the "

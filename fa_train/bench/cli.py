@@ -5,8 +5,8 @@
                        [--tokens 16384] [--hidden 2048] [--timer events|cuda-graph] [--quick]
                        [--device cuda]
   fa-bench blocksparse --out DIR [--seqlens 4096,16384,65536] [--head-dims 64,128]
-                       [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0] [--block 128]
-                       [--dropout 0.0]
+                       [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0 | --layouts JSON]
+                       [--block 128] [--dropout 0.0]
   fa-bench blocksize   --out DIR [--blocks 16,32,64,128,256 or MxN tokens]
   fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from fa_train.bench.common import DTYPES, PASSES
@@ -39,6 +40,18 @@ def _list(kind, name):
 
 def _words(name):
     return _list(str, name)
+
+
+def _json_list(name):
+    def parse(text):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{name}: not JSON ({exc})") from None
+        if not isinstance(value, list) or not value:
+            raise argparse.ArgumentTypeError(f"{name} needs a non-empty JSON list")
+        return value
+    return parse
 
 
 def _add_common(p, quick=True):
@@ -89,6 +102,9 @@ def build_parser():
                        help="butterfly factor counts k (ints or 'max'); default 1,2,3,4,max")
     group.add_argument("--densities", type=_list(float, "--densities"), default=None,
                        help="target densities in (0, 1]: butterfly + global blocks")
+    group.add_argument("--layouts", type=_json_list("--layouts"), default=None,
+                       help='JSON list of kernels.layouts.LayoutSpec fields, e.g. '
+                            '\'[{"n_factors": 1, "local_window": 2}]\'')
     p.add_argument("--block", type=int, default=128, help="layout block size (tokens)")
     p.add_argument("--causal", type=_list(int, "--causal"), default=[0], help="0,1")
     p.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
@@ -167,7 +183,7 @@ def configure(args):
         config = mod.BlocksparseBenchConfig(
             seqlens=args.seqlens or ([4096, 16384] if quick else [4096, 16384, 65536]),
             head_dims=args.head_dims, factors=args.factors, densities=args.densities,
-            block=args.block, causal=args.causal, dropout_p=args.dropout, passes=args.passes,
+            layouts=args.layouts, block=args.block, causal=args.causal, dropout_p=args.dropout, passes=args.passes,
             tokens=args.tokens, hidden=args.hidden,
             **({"impls": args.impls} if args.impls else {}), **common)
         return config.validate(), mod.run_blocksparse_bench, mod.write_blocksparse_reports

@@ -5,9 +5,9 @@ a no-argument forward function (inputs already laid out the way the implementati
 so the timed call does no transposes or copies), its leaf tensors (for gradients) and a converter
 of its output back to (B, N, H, d) for the correctness guard.
 
-- ``flash``: ``kernels.flash_attn_func`` (B, N, H, d), padding through its ``key_padding_mask``;
-  ``flash_deterministic``: the same with ``deterministic=True`` (a dQ pass instead of atomics).
-- ``standard``: materialized attention, ``fa_train.attention``'s ``standard`` (the paper's baseline).
+- ``flash``, ``flash_deterministic`` (``deterministic=True``: a dQ pass instead of atomics) and
+  ``standard`` (materialized, the paper's baseline): the classes of ``fa_train.attention``'s
+  registry, called as models call them, (B, N, H, d) with padding through ``key_padding_mask``.
 - ``sdpa_flash`` / ``sdpa_cudnn`` / ``sdpa_efficient``: torch SDPA pinned to one backend, (B, H, N, d).
 - ``flex``: ``torch.compile(flex_attention)`` (eager on CPU) with a BlockMask for causal/padding.
 """
@@ -89,37 +89,30 @@ class AttentionImpl:
         raise NotImplementedError
 
 
-def _check_triton_device(case, what):
-    if case.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise Unsupported(f"{what} runs Triton kernels: needs CUDA (or TRITON_INTERPRET=1)")
+class RegistryImpl(AttentionImpl):
+    """An implementation of fa_train.attention's registry, built from an attention config and
+    called as models call it; what it cannot run follows from its `supports` declaration."""
 
-
-class FlashImpl(AttentionImpl):
-    def __init__(self, name="flash", deterministic=False):
-        self.name, self.deterministic = name, deterministic
+    def __init__(self, name, config):
+        from fa_train.attention import build_attention
+        self.name, self.attention = name, build_attention(config)
 
     def check_support(self, case):
-        _check_triton_device(case, self.name)
+        asked = {"causal": case.causal, "dropout": case.dropout_p > 0.0,
+                 "key_padding_mask": case.padding}
+        missing = sorted(f for f, wanted in asked.items()
+                         if wanted and f not in self.attention.supports)
+        if missing:
+            raise Unsupported(f"{self.name} does not support {', '.join(missing)}")
+        if (self.attention.runs_triton and case.device.type != "cuda"
+                and os.environ.get("TRITON_INTERPRET") != "1"):
+            raise Unsupported(f"{self.name} runs Triton kernels: needs CUDA (or TRITON_INTERPRET=1)")
 
     def build(self, case, q, k, v, dropout_p):
-        from kernels import flash_attn_func
+        attn, causal, mask = self.attention, case.causal, case.key_padding_mask
         leaves = _leaves_bnhd(q, k, v)
-        return Built(lambda: flash_attn_func(*leaves, dropout_p=dropout_p, causal=case.causal,
-                                             key_padding_mask=case.key_padding_mask,
-                                             deterministic=self.deterministic),
-                     leaves, _identity)
-
-
-class StandardImpl(AttentionImpl):
-    name = "standard"
-
-    def build(self, case, q, k, v, dropout_p):
-        from fa_train.attention import get_attention_fn
-        attn = get_attention_fn("standard")
-        leaves = _leaves_bnhd(q, k, v)
-        causal, mask = case.causal, case.key_padding_mask
-        return Built(lambda: attn(*leaves, causal=causal, dropout_p=dropout_p, key_padding_mask=mask),
-                     leaves, _identity)
+        return Built(lambda: attn(*leaves, causal=causal, dropout_p=dropout_p,
+                                  key_padding_mask=mask), leaves, _identity)
 
 
 class SDPAImpl(AttentionImpl):
@@ -255,9 +248,10 @@ class FlexImpl(AttentionImpl):
 
 def default_impls():
     return {
-        "flash": FlashImpl(),
-        "flash_deterministic": FlashImpl("flash_deterministic", deterministic=True),
-        "standard": StandardImpl(),
+        "flash": RegistryImpl("flash", "flash"),
+        "flash_deterministic": RegistryImpl("flash_deterministic",
+                                            {"impl": "flash", "deterministic": True}),
+        "standard": RegistryImpl("standard", "standard"),
         "sdpa_flash": SDPAImpl("sdpa_flash", "FLASH_ATTENTION"),
         "sdpa_cudnn": SDPAImpl("sdpa_cudnn", "CUDNN_ATTENTION"),
         "sdpa_efficient": SDPAImpl("sdpa_efficient", "EFFICIENT_ATTENTION"),

@@ -1,7 +1,7 @@
 """Shared helpers for kernel tests: random inputs, float64 references, relative errors."""
 import torch
 
-from kernels import flash_attn as fa
+from kernels import attention_launch
 from kernels import reference_attention, tuning
 
 
@@ -59,12 +59,12 @@ def backward_path(monkeypatch, deterministic):
 
 def record_launches(monkeypatch):
     """Record every attention kernel launch as (kernel name, launch config); returns the list."""
-    launched, launch = [], fa._launch
+    launched, launch = [], attention_launch.launch_kernel
 
     def recording(kernel, grid, args, config, **flags):
         launched.append((kernel.fn.__name__, config))
         return launch(kernel, grid, args, config, **flags)
-    monkeypatch.setattr(fa, "_launch", recording)
+    monkeypatch.setattr(attention_launch, "launch_kernel", recording)
     return launched
 
 

@@ -4,6 +4,7 @@ import itertools
 import pytest
 import torch
 
+from kernels import attention_launch, attention_op
 from kernels import flash_attn as fa
 from kernels import tuning
 from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
@@ -209,7 +210,7 @@ def test_backward_adds_dq_with_atomics_only_with_dropout_and_when_allowed(
     run_with_grads(lambda q, k, v: flash_attn_func(q, k, v, dropout_p=dropout_p,
                                                    deterministic=deterministic), tensors)
     launched = [name for name, _ in launches]
-    assert ("_bwd_dq_kernel" in launched) == dq_pass, launched
+    assert ("bwd_dq_kernel" in launched) == dq_pass, launched
 
 
 def test_backward_is_bitwise_deterministic():
@@ -257,13 +258,12 @@ def test_launcher_descriptors_only_for_eager_unpacked_calls():
     config = tuning._interpreter_config()
     qkv_ = torch.randn(1, 16, 3, 2, 64)
     q, k, v = qkv_.unbind(2)
-    packed = fa._problem(q, k, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0, qkv_)
+    packed = attention_launch.AttentionProblem(q, k, sm_scale=0.125, packed=qkv_)
     mode = FakeTensorMode()
     fq, fk, fv = (mode.from_tensor(t.contiguous()) for t in (q, k, v))
     with mode:
-        traced = fa._problem(fq, fk, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
-    eager = fa._problem(*qkv(1, 16, 16, 2, 2, 64)[:2], None, None, None, None, None, 0, 0, 0,
-                        False, 0.125, 0.0)
+        traced = attention_launch.AttentionProblem(fq, fk, sm_scale=0.125)
+    eager = attention_launch.AttentionProblem(*qkv(1, 16, 16, 2, 2, 64)[:2], sm_scale=0.125)
     for prob, streamed in ((packed, (k, v)), (traced, (fk, fv)), (eager, (q.contiguous(),) * 2)):
         host = prob.tiles(dict(config, TMA=tuning.HOST_DESCRIPTORS), *streamed)["TMA"]
         assert host == (tuning.HOST_DESCRIPTORS if prob is eager else tuning.POINTER_LOADS)
@@ -275,13 +275,13 @@ def test_tma_needs_aligned_tensors_and_full_head_tiles():
     """Tiles load through TMA only from 16-byte aligned starts and strides, at head dims that
     fill the tile."""
     q, k, _ = qkv(1, 16, 16, 2, 2, 64)
-    prob = fa._problem(q, k, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    prob = attention_launch.AttentionProblem(q, k, sm_scale=0.125)
     x = torch.randn(1, 16, 2, 65)
     assert prob.tma_ready(q, k)
     assert not prob.tma_ready(x[..., 1:], k)  # start 4 bytes in
     assert not prob.tma_ready(x[..., :64], k)  # rows 65 elements apart
     q24, k24, _ = qkv(1, 16, 16, 2, 2, 24)
-    prob24 = fa._problem(q24, k24, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    prob24 = attention_launch.AttentionProblem(q24, k24, sm_scale=0.125)
     assert not prob24.tma_ready(q24, k24)  # 24 of a 32-wide tile
 
 
@@ -294,11 +294,11 @@ def test_tma_launches_keep_the_callers_scratch_allocator():
     from triton.runtime import _allocation
 
     def check():
-        fa._ensure_scratch_allocator()
-        assert _allocation._allocator.get() is fa._torch_scratch
+        attention_launch.ensure_scratch_allocator()
+        assert _allocation._allocator.get() is attention_launch.scratch_from_torch
         mine = lambda size, alignment, stream: None  # noqa: E731
         triton.set_allocator(mine)
-        fa._ensure_scratch_allocator()
+        attention_launch.ensure_scratch_allocator()
         assert _allocation._allocator.get() is mine
     contextvars.Context().run(check)  # a fresh context: no allocator set, none left behind
 
@@ -316,11 +316,11 @@ def test_traced_tensors_with_symbolic_sizes():
     def fake(*dims):
         return mode.from_tensor(x, symbolic_context=StatelessSymbolicContext(
             dynamic_sizes=[DimDynamic.DYNAMIC if d else DimDynamic.STATIC for d in dims]))
-    assert fa._tma_aligned(fake(True, True, False, False)) is True  # batch and length symbolic
-    assert fa._tma_aligned(fake(True, True, True, True)) is False  # head dim unknown
+    assert attention_launch.tma_aligned(fake(True, True, False, False)) is True  # batch and length symbolic
+    assert attention_launch.tma_aligned(fake(True, True, True, True)) is False  # head dim unknown
     # a graph compiled again for a second head dim makes it symbolic; kernels need it concrete
     q = fake(True, True, True, True)
-    prob = fa._problem(q, q, None, None, None, None, None, 0, 0, 0, False, 0.125, 0.0)
+    prob = attention_launch.AttentionProblem(q, q, sm_scale=0.125)
     assert type(prob.head_dim) is int and all(type(v) in (int, bool) for v in prob.flags().values())
 
 
@@ -385,8 +385,6 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 def test_launch_retries_with_fewer_stages_when_shared_memory_runs_out():
     from triton.runtime.errors import OutOfResources
 
-    from kernels import flash_attn
-
     calls = []
 
     class FakeKernel:
@@ -403,9 +401,9 @@ def test_launch_retries_with_fewer_stages_when_shared_memory_runs_out():
 
     config = {"BLOCK_M": 128, "num_stages": 4}
     args = (torch.zeros(1),)  # a plain tensor: an eager launch
-    assert flash_attn._launch(FakeKernel(), (1,), args, config) == "ran"
+    assert attention_launch.launch_kernel(FakeKernel(), (1,), args, config) == "ran"
     assert calls == [4, 3, 2]
-    assert flash_attn._launch(FakeKernel(), (1,), args, config) == "ran"
+    assert attention_launch.launch_kernel(FakeKernel(), (1,), args, config) == "ran"
     assert calls[-1] == 2 and len(calls) == 4  # the fitting depth is remembered
 
 
@@ -428,8 +426,8 @@ def test_eager_calls_skip_the_op_dispatch_and_traced_ones_keep_the_op(monkeypatc
     torch.manual_seed(9)
     q, k, v = qkv(1, 24, 24, 2, 2, 16)
     ops = []
-    op = fa._flash_fwd_op
-    monkeypatch.setattr(fa, "_flash_fwd_op", lambda *a: ops.append(1) or op(*a))
+    op = attention_op.forward_op
+    monkeypatch.setattr(attention_op, "forward_op", lambda *a: ops.append(1) or op(*a))
     out, grads, g = run_with_grads(flash_attn_func, [q, k, v])
     assert not ops  # eager: the autograd function, no op
     assert_close_to_reference(out, grads, *reference_with_grads([q, k, v], g), TOL32)

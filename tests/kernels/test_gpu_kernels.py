@@ -146,7 +146,7 @@ def test_blocksparse_long_rows_d128(padded, monkeypatch):
 def test_tma_loads_match_pointer_loads(head_dim, monkeypatch):
     """Where the tables load tiles through TMA descriptors (d = 128 forward, d = 64 backward at
     this length), pointer loads give the same bits."""
-    from kernels import flash_attn as fa
+    from kernels.attention_launch import AttentionProblem
     torch.manual_seed(9)
     q, k, v = _inputs(2, 4096, 8, 2, head_dim, torch.bfloat16)
     g = torch.randn_like(q)
@@ -158,7 +158,7 @@ def test_tma_loads_match_pointer_loads(head_dim, monkeypatch):
     with_tma = run()
     launched = [config["TMA"] for _, config in launches]
     assert launched == ([False, True, True] if head_dim == 64 else [True, False, False])
-    monkeypatch.setattr(fa._Problem, "tma_ready", lambda self, *tensors: False)
+    monkeypatch.setattr(AttentionProblem, "tma_ready", lambda self, *tensors: False)
     without = run()
     launched = [config["TMA"] for _, config in launches]
     assert launched[3:] == [False] * 3
@@ -170,7 +170,7 @@ def test_blocksparse_launcher_descriptors_match_pointer_loads(head_dim, monkeypa
     """The block-sparse forward loads K and V through descriptors the launcher makes in eager
     calls (compiled graphs take pointer loads); pointer loads give the same bits."""
     from kernels import BlockSparseIndex, tuning
-    from kernels import flash_attn as fa
+    from kernels.attention_launch import AttentionProblem
     torch.manual_seed(10)
     seqlen, block = 4000, 128  # a ragged last block
     index = BlockSparseIndex.from_layout(butterfly_layout(seqlen, block, n_factors=2), block,
@@ -188,9 +188,9 @@ def test_blocksparse_launcher_descriptors_match_pointer_loads(head_dim, monkeypa
     torch._dynamo.reset()
     eager_launches = len(launches)
     compiled = run(torch.compile(fn))
-    traced = [config["TMA"] for name, config in launches[eager_launches:] if name == "_fwd_kernel"]
+    traced = [config["TMA"] for name, config in launches[eager_launches:] if name == "fwd_kernel"]
     assert traced and all(tma == tuning.POINTER_LOADS for tma in traced)
-    monkeypatch.setattr(fa._Problem, "tma_ready", lambda self, *tensors: False)
+    monkeypatch.setattr(AttentionProblem, "tma_ready", lambda self, *tensors: False)
     pointer = run(fn)
     assert launches[-3][1]["TMA"] == tuning.POINTER_LOADS
     for got in (eager, compiled):

@@ -1,10 +1,11 @@
 """Block-sparse layouts against brute-force loop definitions and the densities in specs/butterfly.md."""
 import math
+import re
 
 import pytest
 import torch
 
-from kernels.layouts import (butterfly_layout, causal_layout, density, density_report,
+from kernels.layouts import (LayoutSpec, butterfly_layout, causal_layout, density, density_report,
                              global_layout, layout_intersection, layout_union, local_layout,
                              num_blocks)
 
@@ -125,3 +126,64 @@ def test_density_report():
 def test_argument_errors_name_the_argument(call, exc, words):
     with pytest.raises(exc, match=words.replace("[", r"\[").replace("]", r"\]")):
         call()
+
+
+def _composed(seqlen, block, butterfly_size, n_factors, global_size, local_window, causal):
+    """The layout the model built from its config before LayoutSpec: butterfly, union with the
+    local band, lower block triangle when causal."""
+    layout = butterfly_layout(seqlen, block, butterfly_size=butterfly_size, n_factors=n_factors,
+                              global_size=global_size)
+    if local_window:
+        layout = layout_union(layout, local_layout(seqlen, block, local_window))
+    return causal_layout(layout) if causal else layout
+
+
+def _yaml_spec():
+    import pathlib
+
+    import yaml
+    path = pathlib.Path(__file__).resolve().parents[2] / "configs" / "attention" / "blocksparse.yaml"
+    return LayoutSpec.from_config(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize("seqlen", [128, 1000, 4096])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("params", [
+    (128, None, None, 1, 0),  # configs/attention/blocksparse.yaml
+    (64, None, None, 1, 0),   # its block size in the Pathfinder experiment
+    (16, None, None, 1, 0),   # the recipes' short-sequence override
+    (128, None, 2, 0, 0),     # benchmark and tuning sweeps: k factors, no global blocks
+    (128, None, None, 3, 0),  # benchmark density targets: all factors plus global blocks
+    (32, 4, 1, 1, 2),         # every parameter set
+])
+def test_layout_spec_builds_what_the_layout_functions_compose(seqlen, causal, params):
+    spec = LayoutSpec(*params)
+    try:
+        expected = _composed(seqlen, *params, causal)
+    except ValueError as exc:  # too many factors for so few blocks: the same error
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            spec.build(seqlen, causal)
+        return
+    assert torch.equal(spec.build(seqlen, causal), expected)
+
+
+def test_layout_spec_of_the_attention_config():
+    spec = _yaml_spec()
+    assert spec == LayoutSpec(block_size=128, global_size=1)
+    assert torch.equal(spec.build(2048), butterfly_layout(2048, 128, global_size=1))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_size=0), "block_size must be >= 1, got 0"),
+    (dict(global_size=-1), "global_size must be >= 0, got -1"),
+    (dict(local_window=1.5), "local_window must be an int"),
+    (dict(n_factors=-2), "n_factors must be >= 0, got -2"),
+])
+def test_layout_spec_rejects_bad_parameters_in_one_line(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        LayoutSpec(**kwargs)
+
+
+def test_layout_spec_butterfly_size_is_checked_at_build():
+    with pytest.raises(ValueError, match="butterfly_size must be a power of two"):
+        LayoutSpec(butterfly_size=3).build(1024)

@@ -33,9 +33,9 @@ def test_short_causal_calls_take_smaller_forward_tiles(monkeypatch):
 
 
 def test_tile_width_and_grid_arithmetic():
-    from kernels.flash_attn import _cdiv, block_d_for
+    from kernels.attention_launch import block_d_for, cdiv
     assert [block_d_for(d) for d in (1, 16, 17, 33, 64, 65, 128)] == [16, 16, 32, 64, 64, 128, 128]
-    assert [_cdiv(n, 64) for n in (1, 63, 64, 65, 1000)] == [1, 1, 1, 2, 16]
+    assert [cdiv(n, 64) for n in (1, 63, 64, 65, 1000)] == [1, 1, 1, 2, 16]
 
 
 def test_dq_atomics_only_with_dropout_at_small_head_dims():
@@ -87,14 +87,14 @@ def test_long_block_sparse_rows_take_the_dense_forward_tile_at_d128(monkeypatch)
 def test_layout_rows_counts_listed_blocks_per_block_row():
     import torch
     from kernels import BlockSparseIndex
-    from kernels.flash_attn import _Problem
+    from kernels.attention_launch import AttentionProblem
     from kernels.layouts import butterfly_layout
     q = torch.zeros(1, 1024, 2, 16)
     index = BlockSparseIndex.from_layout(butterfly_layout(1024, 128, n_factors=2), 128)
-    prob = _Problem(q, q, 0.25, False, None, None, None, None, None, 0.0, None, index)
+    prob = AttentionProblem(q, q, sm_scale=0.25, sparse=index)
     assert prob.layout_rows() == (128, 3.0)
     causal = BlockSparseIndex.from_layout(torch.ones(8, 8, dtype=torch.bool), 128, causal=True)
-    prob = _Problem(q, q, 0.25, True, None, None, None, None, None, 0.0, None, causal)
+    prob = AttentionProblem(q, q, sm_scale=0.25, causal=True, sparse=causal)
     assert prob.layout_rows() == (128, 36 / 8)
-    dense = _Problem(q, q, 0.25, False, None, None, None, None, None, 0.0, None, None)
+    dense = AttentionProblem(q, q, sm_scale=0.25)
     assert dense.layout_rows() == (0, 0.0)

@@ -18,10 +18,9 @@ import statistics
 import torch
 import triton
 
-from kernels import BlockSparseIndex
-from kernels import flash_attn as fa
-from kernels import tuning
-from kernels.layouts import butterfly_layout
+from kernels import BlockSparseIndex, tuning
+from kernels.attention_launch import AttentionProblem, forward
+from kernels.layouts import LayoutSpec
 
 HEAD_DIM, HEADS, TOKENS, BLOCK = 128, 16, 65536, 128
 VARIANTS = {"64x64": (64, 64, 4, 3), "128x128": (128, 128, 8, 3), "128x64": (128, 64, 8, 3)}
@@ -41,12 +40,12 @@ def run_case(n, factors, global_size, causal, dropout_p, rounds):
     torch.manual_seed(0)
     q, k, v = [torch.randn(batch, n, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
                for _ in range(3)]
-    layout = butterfly_layout(n, BLOCK, n_factors=factors, global_size=global_size)
+    layout = LayoutSpec(block_size=BLOCK, n_factors=factors, global_size=global_size).build(n)
     index = BlockSparseIndex.from_layout(layout, BLOCK, n, n, causal, q.device)
     seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
-    prob = fa._Problem(q, k, HEAD_DIM ** -0.5, causal, None, None, None, None, None, dropout_p,
-                       seed, index)
-    calls = {name: (lambda c=config(tile): fa._forward(q, k, v, prob, c)[0])
+    prob = AttentionProblem(q, k, sm_scale=HEAD_DIM ** -0.5, causal=causal, dropout_p=dropout_p,
+                            seed=seed, sparse=index)
+    calls = {name: (lambda c=config(tile): forward(q, k, v, prob, c)[0])
              for name, tile in VARIANTS.items()}
     outputs = {name: call() for name, call in calls.items()}
     times = {name: [] for name in calls}

@@ -13,7 +13,7 @@ from fa_train.bench.blocksparse import (add_derived, expand_layout, layout_for_d
 from fa_train.bench.cli import main
 from fa_train.bench.impls import flex_block_mask
 from kernels import reference_attention
-from kernels.layouts import butterfly_layout, density
+from kernels.layouts import LayoutSpec, butterfly_layout, density
 
 
 def test_expand_layout():
@@ -24,9 +24,9 @@ def test_expand_layout():
 
 @pytest.mark.parametrize("target", [0.05, 0.1, 0.2, 0.5, 1.0])
 def test_layout_for_density_is_closest(target):
-    layout, k, g = layout_for_density(4096, 128, target)  # nb = 32
-    got = density(layout)
-    assert torch.equal(layout, butterfly_layout(4096, 128, n_factors=k, global_size=g))
+    spec = layout_for_density(4096, 128, target)  # nb = 32
+    got = density(spec.build(4096))
+    assert spec.block_size == 128 and spec.butterfly_size is None and spec.local_window == 0
     candidates = [density(butterfly_layout(4096, 128, n_factors=kk)) for kk in range(6)]
     candidates += [density(butterfly_layout(4096, 128, global_size=gg)) for gg in range(33)]
     assert abs(got - target) == pytest.approx(min(abs(c - target) for c in candidates))
@@ -39,8 +39,25 @@ def test_layout_specs_factors_and_max():
                                  device="cpu").validate()
     specs = layout_specs(cfg, 1024)  # nb = 8: max = 3
     assert [s[0] for s in specs] == ["k=1", "k=3", "k=9"]
-    assert density(specs[1][1]) == pytest.approx(4 / 8)
-    assert isinstance(specs[2][1], str) and "n_factors 9 is too large" in specs[2][1]
+    assert [s[1] for s in specs] == [LayoutSpec(128, n_factors=k) for k in (1, 3, 9)]
+    assert density(specs[1][2]) == pytest.approx(4 / 8)
+    assert isinstance(specs[2][2], str) and "n_factors 9 is too large" in specs[2][2]
+
+
+def test_layout_specs_of_any_pattern():
+    """A pattern named by LayoutSpec fields runs without code of its own in the benchmark."""
+    cfg = BlocksparseBenchConfig(seqlens=[1024], layouts=[{"n_factors": 1, "local_window": 1},
+                                                          {"block_size": 64, "global_size": 2}],
+                                 block=128, device="cpu").validate()
+    specs = layout_specs(cfg, 1024)
+    assert [s[1] for s in specs] == [LayoutSpec(128, n_factors=1, local_window=1),
+                                     LayoutSpec(64, global_size=2)]
+    assert [s[0] for s in specs] == ["n_factors=1,local_window=1", "block_size=64,global_size=2"]
+    assert torch.equal(specs[0][2], specs[0][1].build(1024))
+    with pytest.raises(ValueError, match="one of factors, densities and layouts"):
+        BlocksparseBenchConfig(factors=[1], layouts=[{}], device="cpu").validate()
+    with pytest.raises(ValueError, match="local_window must be >= 0"):
+        BlocksparseBenchConfig(layouts=[{"local_window": -1}], device="cpu").validate()
 
 
 @pytest.mark.parametrize("causal,padded", [(False, False), (True, True)])
@@ -100,6 +117,13 @@ def test_blocksparse_cli_errors(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["blocksparse", "--out", str(tmp_path), "--factors", "1", "--densities", "0.5"])
     assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["blocksparse", "--out", str(tmp_path), "--device", "cpu", "--layouts", "{n_factors"])
+    assert "--layouts: not JSON" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["blocksparse", "--out", str(tmp_path), "--device", "cpu", "--layouts",
+              '[{"n_factor": 1}]'])
+    assert "is not a mapping of LayoutSpec fields" in capsys.readouterr().err
 
 
 def test_blocksize_with_fake_forward(tmp_path):

@@ -1,11 +1,10 @@
-"""Attention dispatch: one registry, one signature, same numbers from every implementation."""
+"""Attention implementations: one signature, same numbers from every implementation."""
 import os
 
 import pytest
 import torch
 
-from fa_train.attention import (ATTENTION_IMPLS, build_attention, pad_input, resolve_impl,
-                                unpad_input)
+from fa_train.attention import build_attention, pad_input, unpad_input
 from kernels import reference_attention
 
 try:
@@ -30,21 +29,6 @@ def _qkv(b=2, n=32, h=2, d=16, seed=0, device="cpu"):
 
 def _mask(b, n, lengths, device="cpu"):
     return torch.arange(n, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
-
-
-def test_registry_names():
-    assert {"standard", "sdpa", "flash", "blocksparse"} <= set(ATTENTION_IMPLS)
-
-
-def test_unknown_impl_lists_choices():
-    with pytest.raises(ValueError, match="valid choices.*blocksparse.*flash.*sdpa.*standard"):
-        build_attention("flashy")
-
-
-def test_auto_resolution():
-    assert resolve_impl("auto", "cpu") == "sdpa"
-    assert resolve_impl("auto", "cuda") == "flash"
-    assert resolve_impl("standard", "cuda") == "standard"
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -133,25 +117,13 @@ def test_packed_qkv_gives_what_the_three_views_give(impl, varlen):
     torch.testing.assert_close(out, attn(*qkv.unbind(dim=-3), **kwargs), atol=1e-6, rtol=1e-6)
 
 
-def test_layout_from_config_and_cache():
-    from fa_train.attention.dispatch import BlocksparseConfig, build_layout
-    cfg = BlocksparseConfig(block_size=16, butterfly_size=4, n_factors=2, global_size=1)
-    lay = build_layout(128, "cpu", cfg)
-    assert lay.shape == (8, 8) and lay.dtype == torch.bool
-    assert build_layout(128, "cpu", cfg) is lay  # cached per (seqlen, device, config)
-    assert lay[0].all() and lay[:, 0].all()
-    causal = build_layout(128, "cpu", cfg, causal=True)
-    assert not torch.triu(causal, 1).any()
-
-
 @pytest.mark.skipif(not HAS_BLOCKSPARSE, reason="kernels.blocksparse_attn_func is not importable")
 @pytest.mark.skipif(not INTERPRET, reason="needs CUDA or TRITON_INTERPRET=1")
 def test_blocksparse_matches_masked_reference():
-    from fa_train.attention.dispatch import build_layout
     attn = build_attention({"impl": "blocksparse", "block_size": 16, "butterfly_size": 2})
     q, k, v = _qkv(n=64, d=16, device=DEV)
     out = attn(q, k, v)
-    lay = build_layout(64, DEV, attn.blocksparse)
+    lay = attn.config.build(64)
     tok = lay.repeat_interleave(16, 0).repeat_interleave(16, 1)
     ref, _ = reference_attention(q.double(), k.double(), v.double(), attn_mask=tok[None, None])
     torch.testing.assert_close(out.double(), ref, atol=2e-3, rtol=2e-3)

@@ -1,0 +1,95 @@
+"""Checks of the attention functions' arguments: one clear error naming the argument."""
+import math
+
+import torch
+
+from kernels.torch_ops import check_kernel_input
+
+MAX_HEAD_DIM = 128
+
+_LAYOUTS = {4: "(batch, seqlen, heads, head_dim)", 3: "(total_tokens, heads, head_dim)"}
+_PACKED_LAYOUTS = {5: "(batch, seqlen, 3, heads, head_dim)", 4: "(total_tokens, 3, heads, head_dim)"}
+
+
+def _check_tensor(name, x, ndim, layout):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dims {layout}, got shape {tuple(x.shape)}")
+    check_kernel_input(name, x)
+
+
+def _check_head_dim(head_dim):
+    if head_dim > MAX_HEAD_DIM or head_dim < 1:
+        raise ValueError(f"head_dim {head_dim} is not supported; use 1 <= head_dim <= {MAX_HEAD_DIM}")
+
+
+def check_qkv(q, k, v, ndim):
+    """Validate q, k, v (shapes, dtypes, devices); return them with a unit last stride
+    (contiguous while torch.compile traces)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, x, ndim, _LAYOUTS[ndim])
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if ndim == 4 and k.shape[0] != q.shape[0]:
+        raise ValueError(f"batch size of k ({k.shape[0]}) differs from q ({q.shape[0]})")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"head_dim of k ({k.shape[-1]}) differs from q ({q.shape[-1]})")
+    _check_head_dim(q.shape[-1])
+    if q.shape[-2] % k.shape[-2]:
+        raise ValueError(f"q heads ({q.shape[-2]}) must be a multiple of k/v heads ({k.shape[-2]})")
+    if torch.compiler.is_compiling():  # copied once here: the saved q, k, v need no second copy
+        return q.contiguous(), k.contiguous(), v.contiguous()  # in the backward op
+    return tuple(x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+
+
+def check_qkvpacked(qkv, ndim):
+    """Validate a packed qkv (5 dims, or 4 when varlen) whose dim -3 holds q, k, v; return it with
+    a unit last stride (contiguous while torch.compile traces: a projection's output already is)."""
+    _check_tensor("qkv", qkv, ndim, _PACKED_LAYOUTS[ndim])
+    if qkv.shape[-3] != 3:
+        raise ValueError(f"qkv must hold q, k, v along dim {ndim - 3} (size 3), got shape "
+                         f"{tuple(qkv.shape)}")
+    _check_head_dim(qkv.shape[-1])
+    return qkv.contiguous() if torch.compiler.is_compiling() or qkv.stride(-1) != 1 else qkv
+
+
+def check_dropout(dropout_p):
+    """A clear error for a dropout probability outside [0, 1)."""
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+
+
+def resolve_scale(softmax_scale, head_dim):
+    """The softmax scale: 1 / sqrt(head_dim) unless given."""
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+
+
+def check_key_padding_mask(key_padding_mask, q, k):
+    """Validate a (batch, seqlen_k) bool mask; return it as uint8 for the kernels (or None)."""
+    if key_padding_mask is None:
+        return None
+    expected = (q.shape[0], k.shape[1])
+    if tuple(key_padding_mask.shape) != expected:
+        raise ValueError(f"key_padding_mask must have shape (batch, seqlen_k) = {expected}, "
+                         f"got {tuple(key_padding_mask.shape)}")
+    if key_padding_mask.device != q.device:
+        raise ValueError(f"key_padding_mask is on {key_padding_mask.device}, q on {q.device}")
+    return key_padding_mask.to(torch.uint8).contiguous()
+
+
+def check_cu_seqlens(name, cu, total, device):
+    """Validate int32 offsets `cu` of packed sequences holding `total` tokens on `device`."""
+    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must be a 1-D tensor of batch + 1 offsets")
+    if cu.device != device:
+        raise ValueError(f"{name} is on {cu.device}, expected {device}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32, got {cu.dtype}")
+    last = int(cu[-1])
+    if last != total:
+        raise ValueError(f"{name}[-1] = {last} must equal the number of packed tokens ({total})")
