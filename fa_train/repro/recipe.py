@@ -107,7 +107,7 @@ class Run:
         the package is on PYTHONPATH without console scripts (air-gapped GPU hosts)."""
         if self.kind == "train":
             return [sys.executable, "-m", "fa_train.train", *self.hydra_overrides(),
-                    f"hydra.run.dir={run_dir}"]
+                    f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
         return [sys.executable, "-m", "fa_train.bench.cli", str(self.subcommand),
                 "--out", str(run_dir), *self.bench_argv()]
 

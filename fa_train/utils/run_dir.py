@@ -4,7 +4,9 @@ The run id is the start time plus a random tag, fixed once per process (``${run_
 config resolves to it), so two runs started in the same second get different folders. A folder is
 claimed by creating its ``.run`` marker exclusively: a run that finds the folder already claimed
 (the same process training twice, or an id collision) takes ``<folder>_1``, ``<folder>_2``, ...
-A resumed run re-enters the folder of the run it continues (`enter_run_dir`).
+A resumed run re-enters the folder of the run it continues (`enter_run_dir`). The other
+processes of a multi-process run (DDP ranks, started after rank 0 claimed the folder) join it.
+A driver that re-runs a run into the same folder on purpose releases it first (`release_run_dir`).
 """
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ def register_resolver() -> None:
         OmegaConf.register_new_resolver("run_id", run_id)
 
 
+def _secondary_process() -> bool:
+    """Whether this process is a non-zero rank started by a launcher (Lightning, torchrun, SLURM)."""
+    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
+
+
 def _try_claim(path: Path) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     try:
@@ -46,6 +53,8 @@ def _try_claim(path: Path) -> bool:
 def claim_run_dir(path: str | Path) -> Path:
     """`path` if no other run has claimed it, else the first free ``<path>_<n>``; claims it."""
     path = Path(path).expanduser().resolve()
+    if _secondary_process():
+        return path
     candidate, n = path, 0
     while not _try_claim(candidate):
         n += 1
@@ -56,9 +65,15 @@ def claim_run_dir(path: str | Path) -> Path:
 def enter_run_dir(path: str | Path) -> Path:
     """The folder of a run being resumed: re-used (and marked claimed) as it is."""
     path = Path(path).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    (path / MARKER).write_text(f"{os.getpid()}\n")
+    if not _secondary_process():
+        path.mkdir(parents=True, exist_ok=True)
+        (path / MARKER).write_text(f"{os.getpid()}\n")
     return path
+
+
+def release_run_dir(path: str | Path) -> None:
+    """Let the next run claim `path` again."""
+    (Path(path) / MARKER).unlink(missing_ok=True)
 
 
 def default_run_dir(log_dir: str | Path, experiment: str | None) -> Path:

@@ -37,7 +37,7 @@ def test_recipe_schema(path):
 
 
 def test_paper_numbers_match_paper_md():
-    """Spot checks against shared/paper.md as restated (a typo here would mislead every report)."""
+    """Spot checks against the paper (Dao et al. 2022) (a typo here would mislead every report)."""
     t3 = load_recipe(REPO / "recipes/table3_lra.yaml").paper["tables"]["table3"]["rows"]
     assert t3["FlashAttention"] == [37.6, 63.9, 81.4, 43.5, 72.7, 59.8, 2.4]
     assert t3["Block-sparse FlashAttention"][-1] == 2.8
@@ -125,7 +125,8 @@ report: {tables: [], plots: []}
     assert a.overrides == {"data.seq_len": 1024, "x": 2, "y": 4}
     assert a.command(tmp_path / "a")[1:3] == ["-m", "fa_train.train"]
     assert a.command(tmp_path / "a")[3:] == ["experiment=gpt2/small-flash", "data.seq_len=1024",
-                                             "x=2", "y=4", f"hydra.run.dir={tmp_path / 'a'}"]
+                                             "x=2", "y=4", f"hydra.run.dir={tmp_path / 'a'}",
+                                             "hydra.output_subdir=null"]
     assert b.command("OUT")[3:] == ["attention", "--out", "OUT", "--impls", "flash,standard",
                                     "--dropout", "0.1", "--device", "cpu"]
     assert [r.name for r in recipe.runs("gpu")] == ["a"]
