@@ -1,17 +1,23 @@
-"""Render the README's results section from the committed result files (no number typed by hand).
+"""`fa-repro results`: the results pages, rendered from the committed result files.
 
-Usage: python scripts/readme_results.py [--check]
-Rewrites the block between `<!-- results:begin -->` and `<!-- results:end -->` in README.md;
-with --check, exits 1 if the README is out of date instead.
+Two generated blocks, each between its markers, with no number typed by hand:
+- README.md, "results at a glance": one row per recipe (a paper table or figure): the paper's
+  number and ours for the cell the recipe's ``report.glance`` names, the GPU and date of our runs,
+  and a link to the recipe's full report (reports/<recipe>/<scale>/report.md).
+- RESULTS.md, the full measured tables (kernel benchmarks and every recipe's runs).
+
+``fa-repro results`` rewrites both blocks; ``--check`` only reports whether they are up to date.
 """
-import argparse
+from __future__ import annotations
+
 import itertools
 import json
-import pathlib
-import sys
+from pathlib import Path
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+GLANCE_BEGIN, GLANCE_END = "<!-- glance:begin -->", "<!-- glance:end -->"
+SCALE_ORDER = ("full", "gpu", "smoke")
 
 
 def load(path):
@@ -301,27 +307,72 @@ def lra():
     return lines + [_hosts(data)]
 
 
-def render():
-    lines = (dense_table() + dense_graph_table() + long_sequences() + figure3() + io_and_blocksparse()
-             + training() + bare_model()
-             + training("table1_bert", "BERT-large masked-LM training, seq 512, LAMB, 150 steps")
-             + context() + context_sweep() + ddp_scaling() + lra())
-    return "\n".join([BEGIN, *lines, END])
+def measured_tables() -> list[str]:
+    """The full tables of RESULTS.md."""
+    return (dense_table() + dense_graph_table() + long_sequences() + figure3() + io_and_blocksparse()
+            + training() + bare_model()
+            + training("table1_bert", "BERT-large masked-LM training, seq 512, LAMB, 150 steps")
+            + context() + context_sweep() + ddp_scaling() + lra())
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--check", action="store_true")
-    args = ap.parse_args()
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    if BEGIN not in text or END not in text:
-        sys.exit(f"README.md lacks the {BEGIN} ... {END} markers")
-    new = text[:text.index(BEGIN)] + render() + text[text.index(END) + len(END):]
-    if args.check:
-        sys.exit(0 if new == text else "README.md results are out of date: run scripts/readme_results.py")
-    readme.write_text(new)
+def _unit(unit: str | None) -> str:
+    return "" if not unit else unit if unit in ("×", "%") else f" {unit}"
 
 
-if __name__ == "__main__":
-    main()
+def _glance_row(recipe) -> str:
+    from fa_train.repro.report import MISSING, Ours, _metric_fmt, fmt_value, our_row
+    spec = recipe.report.get("glance")
+    title = recipe.title.split(" — ")[0]
+    if not spec:
+        return f"| {title} | {MISSING} | {MISSING} | {MISSING} | `{recipe.name}` has no glance cell |"
+    table = recipe.report["tables"][spec.get("table", 0)]
+    ptable = recipe.paper["tables"][table["paper_table"]]
+    units = ptable.get("units") or {}
+    prow, pcol = spec["paper"]["row"], spec["paper"]["column"]
+    pval = ptable["rows"][prow][list(ptable["columns"]).index(pcol)]
+    paper = f"{prow}, {pcol}: {MISSING if pval is None else pval}{_unit(units.get(pcol))}"
+    scale = next((s for s in SCALE_ORDER
+                  if (ROOT / "reports" / recipe.name / s / "results.json").is_file()), None)
+    if scale is None:
+        return f"| {title} | {paper} | not run yet | {MISSING} | {MISSING} |"
+    out = ROOT / "reports" / recipe.name / scale
+    ours = Ours(recipe, out)
+    orow, ocol = spec["ours"]["row"], spec["ours"]["column"]
+    columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
+    value, why = our_row(ours, table, orow, columns, {})[ocol]
+    col_spec = (table.get("columns") or {}).get(ocol)
+    shown = (fmt_value(value, (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec))
+             if value is not None else why or MISSING)
+    gpus = sorted({g.split(",")[0] for g in (ours.data.get("host") or {}).get("gpus") or []})
+    where = f"{', '.join(gpus) or MISSING}, {str(ours.data.get('updated', ''))[:10]}"
+    link = f"[{recipe.name}/{scale}](reports/{recipe.name}/{scale}/report.md)"
+    return f"| {title} | {paper} | {orow}, {ocol}: {shown}{_unit(units.get(ocol))} | {where} | {link} |"
+
+
+def glance_table() -> list[str]:
+    """README's table: one row per recipe."""
+    from fa_train.repro.recipe import list_recipe_paths, load_recipe
+    lines = ["| paper table / figure | the paper | ours | GPU, date | full report |",
+             "|---|---|---|---|---|"]
+    return lines + [_glance_row(load_recipe(p)) for p in list_recipe_paths()]
+
+
+def _replace_block(text: str, begin: str, end: str, lines: list[str], name: str) -> str:
+    if begin not in text or end not in text:
+        raise ValueError(f"{name} lacks the {begin} ... {end} markers")
+    return text[:text.index(begin)] + "\n".join([begin, *lines, end]) + text[text.index(end) + len(end):]
+
+
+def sync(check: bool = False, root: Path = ROOT) -> list[str]:
+    """Rewrite (or, with `check`, compare) the generated blocks; returns the stale files."""
+    stale = []
+    for name, begin, end, render in (("README.md", GLANCE_BEGIN, GLANCE_END, glance_table),
+                                     ("RESULTS.md", BEGIN, END, measured_tables)):
+        path = root / name
+        text = path.read_text()
+        new = _replace_block(text, begin, end, render(), name)
+        if new != text:
+            stale.append(name)
+            if not check:
+                path.write_text(new)
+    return stale
