@@ -306,3 +306,15 @@ def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
     load_init_weights(dst, tmp_path / "run")  # a run directory works too
     torch.testing.assert_close(dst.embed.weight, src.embed.weight)
     assert dst.pos_table.shape == (64, 16)
+
+
+@pytest.mark.parametrize("experiment", ["gpt2/medium-flash", "bert/large-flash", "lra/pathx-blocksparse",
+                                        "longdoc/mimic-flash"])
+def test_debug_smoke_cuts_any_experiment_to_a_cpu_run(experiment):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={experiment}", "debug=smoke",
+                                           "paths.output_dir=/tmp/unused"])
+    assert cfg.trainer.accelerator == "cpu" and cfg.trainer.precision == "32-true"
+    assert cfg.trainer.max_steps == 2 and cfg.callbacks.progress is None
+    assert cfg.model.n_layer == 1 and cfg.model.d_model == 32 and cfg.data.batch_size == 2
+    assert cfg.experiment_name == experiment  # the experiment itself is unchanged otherwise

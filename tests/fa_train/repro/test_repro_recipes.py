@@ -31,12 +31,13 @@ def test_recipe_schema(path):
         assert sc["hardware"] and sc["measures"]
         assert recipe.runs(scale), scale
     smoke = recipe.runs("smoke")
-    assert all("cpu" in (r.overrides.get("trainer"), r.overrides.get("trainer.accelerator"))
+    assert all(r.overrides.get("debug") == "smoke"  # configs/debug/smoke.yaml: on the CPU
+               and r.overrides.get("trainer.accelerator", "cpu") == "cpu"
                for r in smoke if r.kind == "train")
     assert all(r.args.get("device") == "cpu" for r in smoke if r.kind == "bench")
 
 
-def test_paper_numbers_match_paper_md():
+def test_paper_numbers_match_the_paper():
     """Spot checks against the paper (Dao et al. 2022) (a typo here would mislead every report)."""
     t3 = load_recipe(REPO / "recipes/table3_lra.yaml").paper["tables"]["table3"]["rows"]
     assert t3["FlashAttention"] == [37.6, 63.9, 81.4, 43.5, 72.7, 59.8, 2.4]
