@@ -200,7 +200,7 @@ def _hydra_task(cfg):
 
 
 def group_choices(group: str) -> list[str]:
-    """Options of a config group (recursive: experiment choices look like 'gpt2/small-flash')."""
+    """Options of a config group (recursive: experiment choices look like 'gpt2/small')."""
     d = CONFIG_DIR / group
     return sorted(str(p.relative_to(d).with_suffix("")) for p in d.rglob("*.yaml"))
 

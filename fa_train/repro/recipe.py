@@ -8,8 +8,8 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
     runs:                              # every run the recipe knows, in report order
       - name: small-flash
         kind: train                    # `fa-train experiment=<experiment> <overrides>`
-        experiment: gpt2/small-flash   # configs/experiment/<experiment>.yaml
-        overrides: {data.seq_len: 1024}
+        experiment: gpt2/small         # configs/experiment/<experiment>.yaml
+        overrides: {attention: flash, data.seq_len: 1024}   # the attention matrix: one run each
         labels: {model: GPT-2 small, impl: flash}   # free-form, used by reports and plots
       - name: attention
         kind: bench                    # `fa-bench <subcommand> --out DIR <args>`

@@ -144,7 +144,7 @@ def test_resume_auto_skips_a_run_with_another_model_shape(tmp_path, capsys):
 
 
 def test_a_datamodule_missing_a_spec_field_fails_naming_both(tmp_path):
-    cfg = make_cfg(tmp_path, "lra/listops-standard", TINY_CLS, data=fake_lm())
+    cfg = make_cfg(tmp_path, "lra/listops", TINY_CLS, data=fake_lm())
     with pytest.raises(ValueError) as err:
         train(cfg)
     msg = str(err.value)
@@ -179,15 +179,15 @@ def test_global_batch_size_sets_accumulation(tmp_path):
 # ---- one CPU run per experiment family, tiny shapes ------------------------------------------
 @pytest.mark.skipif(not (HAS_FLASH and INTERPRET), reason="kernels.flash_attn_func not importable")
 def test_gpt2_family_one_step_flash_interpreted(tmp_path):
-    cfg = make_cfg(tmp_path, "gpt2/small-flash", [
+    cfg = make_cfg(tmp_path, "gpt2/small", ["attention=flash",
         "model.n_layer=1", "model.d_model=32", "model.n_head=2", "global_batch_size=null"],
         data=fake_lm(batch_size=2, seq_len=32))
     m = check_outputs(train(cfg), tmp_path)
-    assert m["attention"] == "flash" and m["experiment"] == "gpt2/small-flash"
+    assert m["attention"] == "flash" and m["experiment"] == "gpt2/small-flash"  # named after attention=
 
 
 def test_gpt2_family_one_step_sdpa(tmp_path):
-    cfg = make_cfg(tmp_path, "gpt2/medium-sdpa", ["logger=tensorboard",
+    cfg = make_cfg(tmp_path, "gpt2/medium", ["attention=sdpa", "logger=tensorboard",
         "model.n_layer=1", "model.d_model=32", "model.n_head=2", "global_batch_size=null"],
         data=fake_lm(batch_size=2, seq_len=32))
     check_outputs(train(cfg), tmp_path)
@@ -195,7 +195,7 @@ def test_gpt2_family_one_step_sdpa(tmp_path):
 
 
 def test_bert_family_one_step(tmp_path):
-    cfg = make_cfg(tmp_path, "bert/large-standard", [
+    cfg = make_cfg(tmp_path, "bert/large", ["attention=standard",
         "model.n_layer=1", "model.d_model=32", "model.n_head=2", "model.d_ff=64",
         "global_batch_size=null", "task.scheduler.warmup_steps=0"],
         data={"_target_": FAKE + "FakeMLMDataModule", "batch_size": 4, "seq_len": 32,
@@ -205,12 +205,12 @@ def test_bert_family_one_step(tmp_path):
 
 
 @pytest.mark.parametrize("experiment,data", [
-    ("lra/listops-standard", {"num_classes": 10}),
-    ("lra/retrieval-standard", {"num_towers": 2}),
-    ("lra/pathfinder32-standard", {"vocab_size": 256}),
+    ("lra/listops", {"num_classes": 10}),
+    ("lra/retrieval", {"num_towers": 2}),
+    ("lra/pathfinder32", {"vocab_size": 256}),
 ])
 def test_lra_family_one_step(tmp_path, experiment, data):
-    cfg = make_cfg(tmp_path, experiment, TINY_CLS, data={
+    cfg = make_cfg(tmp_path, experiment, ["attention=standard", *TINY_CLS], data={
         "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 32,
         "vocab_size": 20, **data})
     m = check_outputs(train(cfg), tmp_path)
@@ -219,7 +219,7 @@ def test_lra_family_one_step(tmp_path, experiment, data):
 
 def test_lra_listops_real_generator_one_step(tmp_path):
     """The real ListOps datamodule (generated, small n) through the real experiment config."""
-    cfg = make_cfg(tmp_path, "lra/listops-standard", TINY_CLS + [
+    cfg = make_cfg(tmp_path, "lra/listops", TINY_CLS + ["attention=standard",
         "data.n_train=16", "data.n_val=4", "data.n_test=4", "data.gen_workers=1",
         "data.num_workers=0", "data.batch_size=4", f"paths.cache_dir={tmp_path / 'cache'}"])
     m = check_outputs(train(cfg), tmp_path)
@@ -228,7 +228,7 @@ def test_lra_listops_real_generator_one_step(tmp_path):
 
 @pytest.mark.skipif(not (HAS_FLASH and INTERPRET), reason="kernels.flash_attn_func not importable")
 def test_lra_blocksparse_one_step_reports_density(tmp_path):
-    cfg = make_cfg(tmp_path, "lra/pathfinder32-blocksparse", TINY_CLS + [
+    cfg = make_cfg(tmp_path, "lra/pathfinder32", TINY_CLS + ["attention=blocksparse",
         "attention.block_size=16", "attention.global_size=0", "attention.butterfly_size=2"], data={
         "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 2, "seq_len": 63,
         "vocab_size": 256})
@@ -239,7 +239,7 @@ def test_lra_blocksparse_one_step_reports_density(tmp_path):
 
 
 def test_longdoc_family_one_step(tmp_path):
-    cfg = make_cfg(tmp_path, "longdoc/mimic-flash", TINY_CLS + [
+    cfg = make_cfg(tmp_path, "longdoc/mimic", TINY_CLS + [
         "attention=sdpa", "model.position_repeat_base=16"], data={
         "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 48,
         "vocab_size": 30, "num_classes": 6, "multi_label": True})
@@ -284,7 +284,7 @@ def test_ddp_two_cpu_processes_gloo(tmp_path, grad_dtype):
 
 def test_missing_user_data_names_the_path(tmp_path):
     missing = tmp_path / "no-such-dir"
-    cfg = make_cfg(tmp_path, "lra/text-standard", TINY_CLS + [f"paths.data_dir={missing}"])
+    cfg = make_cfg(tmp_path, "lra/text", TINY_CLS + ["attention=standard",f"paths.data_dir={missing}"])
     with pytest.raises(Exception) as err:
         train(cfg)
     assert str(missing) in str(err.value)
@@ -308,13 +308,12 @@ def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
     assert dst.pos_table.shape == (64, 16)
 
 
-@pytest.mark.parametrize("experiment", ["gpt2/medium-flash", "bert/large-flash", "lra/pathx-blocksparse",
-                                        "longdoc/mimic-flash"])
+@pytest.mark.parametrize("experiment", ["gpt2/medium", "bert/large", "lra/pathx", "longdoc/mimic"])
 def test_debug_smoke_cuts_any_experiment_to_a_cpu_run(experiment):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"experiment={experiment}", "debug=smoke",
-                                           "paths.output_dir=/tmp/unused"])
+                                           "attention=sdpa", "paths.output_dir=/tmp/unused"])
     assert cfg.trainer.accelerator == "cpu" and cfg.trainer.precision == "32-true"
     assert cfg.trainer.max_steps == 2 and cfg.callbacks.progress is None
     assert cfg.model.n_layer == 1 and cfg.model.d_model == 32 and cfg.data.batch_size == 2
-    assert cfg.experiment_name == experiment  # the experiment itself is unchanged otherwise
+    assert cfg.experiment_name == f"{experiment}-sdpa"  # named after its attention

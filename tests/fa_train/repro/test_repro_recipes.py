@@ -68,7 +68,7 @@ def test_ddp_scaling_runs_one_and_two_processes_of_each_impl():
     for (impl, gpus), run in runs.items():
         assert run.overrides["trainer"] == ("gpu" if gpus == 1 else "ddp")
         assert run.overrides.get("trainer.devices", 1) == gpus
-        assert run.experiment == f"gpt2/small-{impl}"
+        assert run.experiment == "gpt2/small" and run.overrides["attention"] == impl
 
 
 def test_every_train_run_composes_at_every_scale():
@@ -109,7 +109,7 @@ name: r
 title: t
 description: d
 runs:
-  - {name: a, kind: train, experiment: gpt2/small-flash, overrides: {data.seq_len: 1024, x: 1}}
+  - {name: a, kind: train, experiment: gpt2/small, overrides: {data.seq_len: 1024, x: 1}}
   - {name: b, kind: bench, subcommand: attention, args: {impls: [flash, standard], padding: true, dropout: 0.1}}
 scales:
   smoke: {hardware: cpu, measures: m, train_overrides: {x: 2, y: 3}, bench_args: {device: cpu},
@@ -125,7 +125,7 @@ report: {tables: [], plots: []}
     a, b = recipe.runs("smoke")
     assert a.overrides == {"data.seq_len": 1024, "x": 2, "y": 4}
     assert a.command(tmp_path / "a")[1:3] == ["-m", "fa_train.train"]
-    assert a.command(tmp_path / "a")[3:] == ["experiment=gpt2/small-flash", "data.seq_len=1024",
+    assert a.command(tmp_path / "a")[3:] == ["experiment=gpt2/small", "data.seq_len=1024",
                                              "x=2", "y=4", f"hydra.run.dir={tmp_path / 'a'}",
                                              "hydra.output_subdir=null"]
     assert b.command("OUT")[3:] == ["attention", "--out", "OUT", "--impls", "flash,standard",
