@@ -72,7 +72,7 @@ def train(cfg) -> dict:
             print(f"[fa-train] experiment={m['experiment']} attention={m['attention']} "
                   f"params={m['n_params'] / 1e6:.2f}M device={device} precision={precision} "
                   f"output_dir={out_dir}")
-        if resume is not None and trainer.is_global_zero:
+        if resume is not None and resume.run_dir == out_dir and trainer.is_global_zero:
             trim_after(out_dir / "metrics.csv", checkpoint_step(resume.path))
         trainer.fit(task, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
         if cfg.get("run_test") and _has_loader(dm, "test_dataloader"):
@@ -82,8 +82,8 @@ def train(cfg) -> dict:
 
 # ---------------------------------------------------------------------------- the steps of train()
 def open_run_dir(cfg):
-    """(run folder, ResumePoint or None): the folder of the run being resumed, else a new folder
-    claimed for this run (cfg.paths.output_dir, or a default outside Hydra); written back into
+    """(run folder, ResumePoint or None): the folder of the run being resumed (when the checkpoint
+    sits in one: <run>/checkpoints/), else a new folder claimed for this run (cfg.paths.output_dir, or a default outside Hydra); written back into
     cfg.paths.output_dir."""
     from omegaconf import OmegaConf, open_dict
 
@@ -98,7 +98,8 @@ def open_run_dir(cfg):
     current = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "data")}
     resume = find_resume_checkpoint(cfg.get("resume"), current, proposed.parent,
                                     log=lambda msg: print(f"[fa-train] {msg}"))
-    out_dir = enter_run_dir(resume.run_dir) if resume else claim_run_dir(proposed)
+    continuing = resume is not None and resume.run_dir is not None
+    out_dir = enter_run_dir(resume.run_dir) if continuing else claim_run_dir(proposed)
     with open_dict(cfg):
         cfg.paths.output_dir = str(out_dir)
     return out_dir, resume

@@ -92,13 +92,18 @@ def config_diff(current: dict, saved: dict) -> list[str]:
 @dataclass
 class ResumePoint:
     path: Path
-    run_dir: Path   # the run folder that wrote it (<run>/checkpoints/<file>.ckpt)
+    run_dir: Path | None   # the run folder that wrote it (<run>/checkpoints/<file>.ckpt), if any
+
+
+def _run_dir(ckpt: Path) -> Path | None:
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
 
 
 def _saved_config(ckpt: Path) -> dict | None:
     from omegaconf import OmegaConf
-    cfg_file = ckpt.parent.parent / "config.yaml"
-    if not cfg_file.is_file():
+    run = _run_dir(ckpt)
+    cfg_file = run / "config.yaml" if run else None
+    if cfg_file is None or not cfg_file.is_file():
         return None
     return OmegaConf.to_container(OmegaConf.load(cfg_file), resolve=False)
 
@@ -141,7 +146,7 @@ def find_resume_checkpoint(resume: Any, current: dict, experiment_dir: str | Pat
             log(f"resume=auto: no usable checkpoint under {root}; starting fresh")
             return None
         log(f"resume=auto: continuing from {found}")
-        return ResumePoint(found, found.parent.parent)
+        return ResumePoint(found, _run_dir(found))
     p = Path(str(resume)).expanduser()
     if p.is_dir():
         cands = _newest_first((p / "checkpoints").glob("*.ckpt"))
@@ -153,7 +158,7 @@ def find_resume_checkpoint(resume: Any, current: dict, experiment_dir: str | Pat
         raise FileNotFoundError(f"resume checkpoint not found: {p}")
     found = _pick(cands, current, strict=True, log=log)
     log(f"resume: continuing from {found}")
-    return ResumePoint(found, found.parent.parent)
+    return ResumePoint(found, _run_dir(found))
 
 
 def load_init_weights(model, path: str | Path) -> None:

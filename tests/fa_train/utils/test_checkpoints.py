@@ -116,3 +116,10 @@ def test_atomic_write_replaces_the_file(tmp_path):
     atomic_write(p, lambda t: t.write_bytes(b"one"))
     atomic_write(p, lambda t: t.write_bytes(b"two"))
     assert p.read_bytes() == b"two" and sorted(x.name for x in p.parent.iterdir()) == ["f.bin"]
+
+
+def test_a_checkpoint_outside_a_run_folder_resumes_into_a_new_folder(tmp_path):
+    ck = tmp_path / "loose.ckpt"
+    torch.save({"global_step": 1}, ck)
+    found = find_resume_checkpoint(ck, CFG, tmp_path, log=lambda s: None)
+    assert found.path == ck and found.run_dir is None
