@@ -83,8 +83,8 @@ def train(cfg) -> dict:
 # ---------------------------------------------------------------------------- the steps of train()
 def open_run_dir(cfg):
     """(run folder, ResumePoint or None): the folder of the run being resumed (when the checkpoint
-    sits in one: <run>/checkpoints/), else a new folder claimed for this run (cfg.paths.output_dir, or a default outside Hydra); written back into
-    cfg.paths.output_dir."""
+    sits in one: <run>/checkpoints/), else a new folder claimed for this run (cfg.paths.output_dir,
+    or a default outside Hydra); written back into cfg.paths.output_dir."""
     from omegaconf import OmegaConf, open_dict
 
     from fa_train.utils.checkpoints import find_resume_checkpoint

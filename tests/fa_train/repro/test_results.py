@@ -5,7 +5,7 @@ import pytest
 
 from fa_train.repro.cli import main
 from fa_train.repro.recipe import list_recipe_paths, load_recipe
-from fa_train.repro.results import BEGIN, END, GLANCE_BEGIN, GLANCE_END, ROOT, glance_table, sync
+from fa_train.repro.results import BEGIN, GLANCE_BEGIN, GLANCE_END, ROOT, glance_table, sync
 
 
 def test_committed_pages_are_up_to_date():
