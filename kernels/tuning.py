@@ -1,6 +1,6 @@
 """Tile sizes, warps and pipeline depth for the attention kernels, by head dim and pass.
 
-The GPU table comes from sweeps on an H100 (`scripts/tune_attention.py`, notes in
+The GPU table comes from sweeps on an H100 (`research/kernel_probes/tune_attention.py`, notes in
 kernels/NOTES.md). The interpreter gets small tiles so that CPU tests stay fast yet still cross
 several blocks.
 """

@@ -1,7 +1,11 @@
-"""Training callbacks: throughput (tokens/s per GPU), MFU, peak memory, loss history, training clock."""
+"""Training callbacks: throughput (tokens/s per GPU), MFU, peak memory, loss history and plot,
+the training clock, the run's checkpoint and its metrics.json record."""
+from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.clock import TrainingClock
-from fa_train.callbacks.perf import PerfMonitor
 from fa_train.callbacks.history import LossHistory
+from fa_train.callbacks.perf import PerfMonitor
 from fa_train.callbacks.progress import ProgressBar
+from fa_train.callbacks.run_record import RunRecord
 
-__all__ = ["LossHistory", "PerfMonitor", "ProgressBar", "TrainingClock"]
+__all__ = ["LastCheckpoint", "LossHistory", "PerfMonitor", "ProgressBar", "RunRecord",
+           "TrainingClock"]

@@ -36,9 +36,11 @@ from typing import Any, Iterator
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
+from fa_train.data.spec import DataSpec
 from fa_train.data.tokenizer import EOT, build_tokenizer
+from fa_train.utils.resumable import EpochSampler, train_loader  # noqa: F401 - EpochSampler re-exported
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
@@ -213,74 +215,6 @@ class TokenWindows(Dataset):
         return {"input_ids": w[:-1], "labels": w[1:]}
 
 
-class EpochSampler(Sampler[int]):
-    """Sample ids for one epoch, a pure function of (seed, epoch), resumable mid-epoch.
-
-    Ids are unique across epochs: epoch ``e`` yields ``e * num_samples + j`` for ``j`` in
-    ``range(num_samples)``, in order, or (``shuffle=True``) in a seeded permutation; datasets take
-    the id modulo their length and may use the whole id as a seed for per-sample randomness
-    (random windows, masks). ``skip`` leading samples are left out after a resume.
-    """
-
-    def __init__(self, num_samples: int, seed: int = 0, shuffle: bool = False):
-        self.num_samples, self.seed, self.shuffle = num_samples, seed, shuffle
-        self.epoch, self.skip, self._resume = 0, 0, None
-
-    def set_epoch(self, epoch: int) -> None:  # Lightning calls this before every epoch
-        self.epoch = epoch
-        self.skip = self._resume[1] if self._resume and self._resume[0] == epoch else 0
-
-    def resume(self, epoch: int, samples: int) -> None:
-        self._resume = (epoch, samples)
-        self.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def __iter__(self) -> Iterator[int]:
-        if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = (torch.randperm(self.num_samples, generator=g) + self.epoch * self.num_samples).tolist()
-        else:
-            order = range(self.epoch * self.num_samples, (self.epoch + 1) * self.num_samples)
-        return iter(order[self.skip:])
-
-
-def _world_size() -> int:
-    dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader over an `EpochSampler` that Lightning checkpoints (it has ``state_dict``):
-    the state is (epoch, samples of the epoch consumed on all ranks); loading it makes the
-    next iteration start right after them."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._batches = 0
-
-    def _epoch_sampler(self) -> EpochSampler:
-        s = self.sampler  # Lightning wraps it in a DistributedSamplerWrapper under DDP
-        s = getattr(getattr(s, "dataset", None), "_sampler", s)
-        if not isinstance(s, EpochSampler):
-            raise TypeError("ResumableDataLoader needs an EpochSampler")
-        return s
-
-    def __iter__(self):
-        self._batches = 0
-        for batch in super().__iter__():
-            self._batches += 1  # Lightning does not prefetch from sized loaders: this is what it consumed
-            yield batch
-
-    def state_dict(self) -> dict[str, int]:
-        s = self._epoch_sampler()
-        return {"epoch": s.epoch, "samples": s.skip + self._batches * self.batch_size * _world_size()}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self._epoch_sampler().resume(int(state["epoch"]), int(state["samples"]))
-
-
 # ----------------------------------------------------------------------------- the DataModules
 def _plain(data_files: Any) -> Any:
     """data_files as str / list / dict of those (e.g. from omegaconf containers)."""
@@ -370,6 +304,10 @@ class TextDataModule(L.LightningDataModule):
         self.vocab_size = meta["vocab_size"]
         self._load(out, meta)
 
+    def spec(self) -> DataSpec:
+        """The data -> model contract (after ``setup``): vocabulary and sequence length."""
+        return DataSpec(vocab_size=self.vocab_size, seq_len=self.seq_len)
+
     def tokenizer(self):
         """The tokenizer the cached token files were written with (e.g. to decode samples)."""
         from tokenizers import Tokenizer
@@ -382,8 +320,8 @@ class TextDataModule(L.LightningDataModule):
         kw = dict(num_workers=self.num_workers, pin_memory=self.pin_memory,
                   persistent_workers=self.num_workers > 0, collate_fn=self._collate(split))
         if split == "train":
-            sampler = EpochSampler(len(ds), seed=self.seed, shuffle=self.shuffle_train)
-            return ResumableDataLoader(ds, batch_size=self.batch_size, sampler=sampler, drop_last=True, **kw)
+            return train_loader(ds, self.batch_size, self.seed, shuffle=self.shuffle_train,
+                                global_ids=True, drop_last=True, **kw)
         return DataLoader(ds, batch_size=self.eval_batch_size, shuffle=False, **kw)
 
     def train_dataloader(self) -> DataLoader:

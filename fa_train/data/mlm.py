@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import Dataset
 
 from fa_train.data.lm import SPLITS, TextDataModule, _files_identity, info, iter_texts, write_memmap
+from fa_train.data.spec import DataSpec
 from fa_train.data.tokenizer import BERT_SPECIALS, build_tokenizer
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
@@ -269,6 +270,10 @@ class MLMDataModule(TextDataModule):
             self.datasets[split] = PairDataset(out / f"{split}.bin", meta["dtype"], meta["num_tokens"][split],
                                                pairs, self.cls_id, self.sep_id)
             self.num_examples[split] = len(pairs)
+
+    def spec(self) -> DataSpec:
+        """The data -> model contract (after ``setup``): vocabulary, sequence length, pad id."""
+        return DataSpec(vocab_size=self.vocab_size, seq_len=self.seq_len, pad_id=self.pad_id)
 
     def collator(self, generator: torch.Generator | None = None, seed: int | None = None) -> MLMCollator:
         return MLMCollator(self.vocab_size, self.pad_id, self.mask_id, list(self.special_ids.values()),

@@ -3,9 +3,11 @@
     fa-repro list
     fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process]
     fa-repro report RECIPE [--scale S] [--out DIR]
+    fa-repro results [--check]
 
 RECIPE is a name (`table3_lra`) or a path (`recipes/table3_lra.yaml`). The default output
-folder is reports/<recipe>/<scale>/.
+folder is reports/<recipe>/<scale>/. `results` renders README.md's results-at-a-glance table
+and RESULTS.md's measured tables from the committed result files.
 """
 from __future__ import annotations
 
@@ -38,7 +40,20 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--scale", choices=SCALES, default=None,
                      help="default: the largest scale with results under reports/<recipe>/")
     rep.add_argument("--out", default=None)
+    res = sub.add_parser("results", help="render README.md's glance table and RESULTS.md")
+    res.add_argument("--check", action="store_true",
+                     help="change nothing; exit 1 when either file is out of date")
     return p
+
+
+def cmd_results(check: bool) -> int:
+    from fa_train.repro.results import sync
+    stale = sync(check=check)
+    if check and stale:
+        print(f"fa-repro: out of date: {', '.join(stale)}; run `fa-repro results`", file=sys.stderr)
+        return 1
+    print("up to date" if not stale else f"rewrote {', '.join(stale)}")
+    return 0
 
 
 def cmd_list() -> int:
@@ -64,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "list":
         return cmd_list()
+    if args.command == "results":
+        return cmd_results(args.check)
     try:
         recipe = load_recipe(args.recipe)
         if args.command == "run":

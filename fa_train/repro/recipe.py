@@ -8,8 +8,8 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
     runs:                              # every run the recipe knows, in report order
       - name: small-flash
         kind: train                    # `fa-train experiment=<experiment> <overrides>`
-        experiment: gpt2/small-flash   # configs/experiment/<experiment>.yaml
-        overrides: {data.seq_len: 1024}
+        experiment: gpt2/small         # configs/experiment/<experiment>.yaml
+        overrides: {attention: flash, data.seq_len: 1024}   # the attention matrix: one run each
         labels: {model: GPT-2 small, impl: flash}   # free-form, used by reports and plots
       - name: attention
         kind: bench                    # `fa-bench <subcommand> --out DIR <args>`
@@ -107,7 +107,7 @@ class Run:
         the package is on PYTHONPATH without console scripts (air-gapped GPU hosts)."""
         if self.kind == "train":
             return [sys.executable, "-m", "fa_train.train", *self.hydra_overrides(),
-                    f"hydra.run.dir={run_dir}"]
+                    f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
         return [sys.executable, "-m", "fa_train.bench.cli", str(self.subcommand),
                 "--out", str(run_dir), *self.bench_argv()]
 

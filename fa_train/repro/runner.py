@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from fa_train.repro.recipe import Recipe, Run
+from fa_train.utils.run_dir import release_run_dir
 
 RESULTS_FILE = "results.json"
 LOG_FILE = "run.log"
@@ -352,6 +353,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in result_files(run, run_dir):   # a retried run must not pass on old files
             stale.unlink()
+        release_run_dir(run_dir)                   # the retry takes the same folder
         started, t0 = now_iso(), time.perf_counter()
         with console.status(f"{prefix}: running ({run.kind} "
                             f"{run.experiment or run.subcommand})…"):

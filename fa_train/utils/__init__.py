@@ -1,1 +1,2 @@
-"""Small helpers shared by train.py and tests."""
+"""Helpers shared by train.py, the datamodules and tests: run folders, checkpoints and resume,
+resumable sampling, errors, provenance, fake data."""

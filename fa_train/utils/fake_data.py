@@ -12,6 +12,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from fa_train.data.spec import DataSpec
+from fa_train.utils.resumable import train_loader
+
 
 class _Tensors(Dataset):
     def __init__(self, **tensors):
@@ -42,20 +45,20 @@ class _FakeBase(L.LightningDataModule):
             g = torch.Generator().manual_seed(self.seed)
             self.datasets = {k: self.make(n, g) for k, n in self.n.items()}
 
-    def _loader(self, split, shuffle):
-        self.setup()
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle,
-                          generator=g if shuffle else None, drop_last=shuffle)
+    def spec(self) -> DataSpec:
+        return DataSpec(vocab_size=self.vocab_size, seq_len=self.seq_len)
 
     def train_dataloader(self):
-        return self._loader("train", True)
+        self.setup()
+        return train_loader(self.datasets["train"], self.batch_size, self.seed, drop_last=True)
 
     def val_dataloader(self):
-        return self._loader("val", False)
+        self.setup()
+        return DataLoader(self.datasets["val"], batch_size=self.batch_size)
 
     def test_dataloader(self):
-        return self._loader("test", False)
+        self.setup()
+        return DataLoader(self.datasets["test"], batch_size=self.batch_size)
 
 
 class _CountingLM(Dataset):
@@ -88,7 +91,10 @@ class FakeMLMDataModule(_FakeBase):
     def __init__(self, nsp=True, **kw):
         super().__init__(**kw)
         self.nsp = nsp
-        self.pad_token_id = 0
+        self.pad_id = 0
+
+    def spec(self) -> DataSpec:
+        return DataSpec(vocab_size=self.vocab_size, seq_len=self.seq_len, pad_id=self.pad_id)
 
     def make(self, n, g):
         ids = torch.randint(5, self.vocab_size, (n, self.seq_len), generator=g)
@@ -108,10 +114,14 @@ class FakeClassificationDataModule(_FakeBase):
     """Label = whether token 1 appears in the first half (learnable); optional two towers and
     multi-label (labels multi-hot over num_classes)."""
 
-    def __init__(self, num_classes=2, num_towers=1, multilabel=False, **kw):
+    def __init__(self, num_classes=2, num_towers=1, multi_label=False, **kw):
         super().__init__(**kw)
-        self.num_classes, self.num_towers, self.multilabel = int(num_classes), int(num_towers), bool(multilabel)
-        self.pad_id = 0
+        self.num_classes, self.num_towers = int(num_classes), int(num_towers)
+        self.multi_label, self.pad_id = bool(multi_label), 0
+
+    def spec(self) -> DataSpec:
+        return DataSpec(vocab_size=self.vocab_size, seq_len=self.seq_len, num_classes=self.num_classes,
+                        pad_id=self.pad_id, num_towers=self.num_towers, multi_label=self.multi_label)
 
     def make(self, n, g):
         shape = (n, self.num_towers, self.seq_len) if self.num_towers > 1 else (n, self.seq_len)
@@ -119,7 +129,7 @@ class FakeClassificationDataModule(_FakeBase):
         lengths = torch.randint(self.seq_len // 2, self.seq_len + 1, shape[:-1], generator=g)
         mask = torch.arange(self.seq_len) < lengths[..., None]
         ids = ids.masked_fill(~mask, 0)
-        if self.multilabel:
+        if self.multi_label:
             labels = (torch.rand(n, self.num_classes, generator=g) < 0.3).float()
         else:
             labels = torch.randint(0, self.num_classes, (n,), generator=g)

@@ -1,111 +1,95 @@
-"""Exact-resume data loading: a deterministic, position-aware wrapper around a map-style loader.
+"""Exact-resume data loading: the one sampler and loader every datamodule's train loader uses.
 
-Lightning restores the model, optimizer, schedule and loop counters from a checkpoint, but a plain
-DataLoader restarts its epoch from the first batch with a fresh shuffle. ``ResumableLoader``
-rebuilds the loader for every epoch with a sampler seeded by (seed, epoch) and, when the trainer is
-restarting from a checkpoint, starts at the batch the checkpoint had reached. Result: a run stopped
-at step k and resumed reaches step n with the same batches, in the same order, as one that ran
-straight to n. It also shards across ranks (like DistributedSampler), so it is used for DDP too.
+A plain DataLoader restarts its epoch from the first batch with a fresh shuffle after a restart.
+`EpochSampler` draws each epoch's order as a pure function of (seed, epoch), and
+`ResumableDataLoader` tells Lightning (through ``state_dict``, saved in every checkpoint) how far
+into the epoch it got; loading that state makes the next iteration start right after it. Result:
+a run stopped at step k and resumed reaches step n with the same batches, in the same order, as
+one that ran straight to n. Under DDP Lightning wraps the sampler in a distributed sampler.
 """
 from __future__ import annotations
 
-import math
+from typing import Iterator
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, Sampler
 
 
-class _EpochSampler(Sampler):
-    def __init__(self, n, shuffle, seed, rank, world, drop_last, start=0):
-        self.n, self.shuffle, self.seed = n, shuffle, seed
-        self.rank, self.world, self.drop_last, self.start = rank, world, drop_last, start
-        if drop_last and n % world:
-            self.per_rank = n // world
-        else:
-            self.per_rank = math.ceil(n / world)
+class EpochSampler(Sampler[int]):
+    """Sample ids for one epoch, a pure function of (seed, epoch), resumable mid-epoch.
 
-    def _indices(self):
+    ``global_ids=True``: ids are unique across epochs: epoch ``e`` yields ``e * num_samples + j``
+    for ``j`` in ``range(num_samples)``; datasets take the id modulo their length and may use the
+    whole id as a seed for per-sample randomness (random windows, masks). ``global_ids=False``:
+    plain indices ``j``. In order, or (``shuffle=True``) in a seeded permutation per epoch.
+    ``skip`` leading samples are left out after a resume.
+    """
+
+    def __init__(self, num_samples: int, seed: int = 0, shuffle: bool = False,
+                 global_ids: bool = True):
+        self.num_samples, self.seed, self.shuffle = num_samples, seed, shuffle
+        self.global_ids = global_ids
+        self.epoch, self.skip, self._resume = 0, 0, None
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls this before every epoch
+        self.epoch = epoch
+        self.skip = self._resume[1] if self._resume and self._resume[0] == epoch else 0
+
+    def resume(self, epoch: int, samples: int) -> None:
+        self._resume = (epoch, samples)
+        self.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        offset = self.epoch * self.num_samples if self.global_ids else 0
         if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed)
-            idx = torch.randperm(self.n, generator=g).tolist()
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = (torch.randperm(self.num_samples, generator=g) + offset).tolist()
         else:
-            idx = list(range(self.n))
-        total = self.per_rank * self.world
-        if total > len(idx):  # pad by wrapping, as DistributedSampler does
-            idx += idx[: total - len(idx)]
-        return idx[:total][self.rank::self.world]
+            order = range(offset, offset + self.num_samples)
+        return iter(order[self.skip:])
+
+
+def _world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader over an `EpochSampler` that Lightning checkpoints (it has ``state_dict``):
+    the state is (epoch, samples of the epoch consumed on all ranks); loading it makes the
+    next iteration start right after them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._batches = 0
+
+    def _epoch_sampler(self) -> EpochSampler:
+        s = self.sampler  # Lightning wraps it in a DistributedSamplerWrapper under DDP
+        s = getattr(getattr(s, "dataset", None), "_sampler", s)
+        if not isinstance(s, EpochSampler):
+            raise TypeError("ResumableDataLoader needs an EpochSampler")
+        return s
 
     def __iter__(self):
-        return iter(self._indices()[self.start:])
+        self._batches = 0
+        for batch in super().__iter__():
+            self._batches += 1  # Lightning does not prefetch from sized loaders: this is what it consumed
+            yield batch
 
-    def __len__(self):
-        return max(0, self.per_rank - self.start)
+    def state_dict(self) -> dict[str, int]:
+        s = self._epoch_sampler()
+        return {"epoch": s.epoch, "samples": s.skip + self._batches * self.batch_size * _world_size()}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._epoch_sampler().resume(int(state["epoch"]), int(state["samples"]))
 
 
-class ResumableLoader:
-    """Iterable with ``__len__``; see the module docstring. ``trainer`` is set by train.py."""
-
-    def __init__(self, loader: DataLoader, seed: int = 0, rank: int = 0, world_size: int = 1):
-        self.loader = loader
-        self.dataset = loader.dataset
-        self.batch_size = loader.batch_size
-        self.shuffle = isinstance(loader.sampler, RandomSampler)
-        self.drop_last = loader.drop_last
-        self.seed, self.rank, self.world_size = int(seed), rank, world_size
-        self.trainer = None
-        self._epoch = 0
-        self._resume_batches = 0
-
-    @staticmethod
-    def supports(loader) -> bool:
-        return (isinstance(loader, DataLoader)
-                and not isinstance(loader.dataset, IterableDataset)
-                and loader.batch_size is not None
-                and type(loader.batch_sampler) is BatchSampler
-                and type(loader.sampler).__name__ in ("RandomSampler", "SequentialSampler"))
-
-    def _position(self):
-        """(epoch, batches already consumed in it), from the trainer's optimizer-step count:
-        consumed = global_step x accumulate_grad_batches. Lightning restores global_step from a
-        checkpoint before it asks for the iterator, so a resumed run picks up at the same batch."""
-        t = self.trainer
-        if t is None:
-            return self._epoch, 0
-        n = len(self)
-        if n <= 0:
-            return 0, 0
-        consumed = int(t.global_step) * int(t.accumulate_grad_batches or 1)
-        return consumed // n, consumed % n
-
-    def _n_batches(self, start):
-        per_rank = _EpochSampler(len(self.dataset), False, 0, self.rank, self.world_size,
-                                 self.drop_last).per_rank
-        n = per_rank - start * self.batch_size
-        return n // self.batch_size if self.drop_last else math.ceil(max(n, 0) / self.batch_size)
-
-    def __len__(self):
-        return self._n_batches(0)
-
-    # The position is derived from the restored global step (see _position), so the state a
-    # checkpoint needs is only informative; having these methods marks the loader resumable.
-    def state_dict(self):
-        epoch, skip = self._position()
-        return {"epoch": epoch, "batches_in_epoch": skip, "seed": self.seed}
-
-    def load_state_dict(self, state):
-        if state and int(state.get("seed", self.seed)) != self.seed:
-            raise ValueError(f"checkpoint data seed {state['seed']} differs from seed {self.seed}")
-
-    def __iter__(self):
-        epoch, skip = self._position()
-        self._epoch = epoch + 1
-        sampler = _EpochSampler(len(self.dataset), self.shuffle, self.seed + epoch, self.rank,
-                                self.world_size, self.drop_last, start=skip * self.batch_size)
-        ld = self.loader
-        dl = DataLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
-                        collate_fn=ld.collate_fn, num_workers=ld.num_workers,
-                        pin_memory=ld.pin_memory, drop_last=self.drop_last,
-                        worker_init_fn=ld.worker_init_fn, timeout=ld.timeout,
-                        persistent_workers=False,
-                        prefetch_factor=ld.prefetch_factor if ld.num_workers > 0 else None)
-        return iter(dl)
+def train_loader(dataset, batch_size: int, seed: int, shuffle: bool = True,
+                 global_ids: bool = False, **kw) -> ResumableDataLoader:
+    """The resumable train loader over `dataset` (kw: DataLoader options such as collate_fn,
+    num_workers, drop_last)."""
+    sampler = EpochSampler(len(dataset), seed=seed, shuffle=shuffle, global_ids=global_ids)
+    return ResumableDataLoader(dataset, batch_size=batch_size, sampler=sampler, **kw)

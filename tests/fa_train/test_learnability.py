@@ -23,7 +23,7 @@ def test_short_listops_is_learned_on_cpu(tmp_path):
     majority = max(collections.Counter(r[1] for r in splits["test"]).values()) / len(splits["test"])
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[
-            "experiment=lra/listops-standard", "trainer=cpu", "attention=sdpa",
+            "experiment=lra/listops", "trainer=cpu", "attention=sdpa",
             f"data.data_dir={tmp_path / 'data'}", "data.max_length=40", "data.batch_size=64",
             "model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.d_ff=128",
             "model.dropout=0.0", "model.attn_dropout=0.0", "task.optimizer.lr=1e-3",

@@ -88,16 +88,67 @@ def test_exact_resume_same_step_same_data(tmp_path, real_data):
         torch.testing.assert_close(sa[k], sc[k], rtol=0, atol=0, msg=k)
 
 
-def test_resume_auto_finds_latest(tmp_path):
-    from fa_train.train import find_resume_checkpoint
-    out = tmp_path / "exp" / "new"
-    assert find_resume_checkpoint("auto", out) is None
-    ck = tmp_path / "exp" / "old" / "checkpoints" / "last.ckpt"
-    ck.parent.mkdir(parents=True)
-    ck.write_bytes(b"x")
-    assert find_resume_checkpoint("auto", out) == str(ck)
-    with pytest.raises(FileNotFoundError, match="nope"):
-        find_resume_checkpoint(str(tmp_path / "nope"), out)
+def _csv_steps(path, column):
+    import csv
+    with open(path, newline="") as f:
+        return [int(r["step"]) for r in csv.DictReader(f) if r.get(column)]
+
+
+SMALL = ["model.n_layer=1", "model.d_model=16", "model.n_head=2", "trainer.val_check_interval=2",
+         "callbacks.checkpoint.every_n_train_steps=3"]
+
+
+def test_two_runs_in_the_same_second_get_their_own_folders(tmp_path):
+    """Both ask for the same folder (as two runs started in one second did); neither mixes."""
+    a = train(make_cfg(tmp_path, "default", SMALL, data=fake_lm(), steps=2))
+    b = train(make_cfg(tmp_path, "default", SMALL + ["seed=7"], data=fake_lm(), steps=2))
+    assert a["output_dir"] != b["output_dir"]
+    assert Path(b["output_dir"]).name == "run_1"
+    for m, seed in ((a, 1234), (b, 7)):
+        out = Path(m["output_dir"])
+        assert OmegaConf.load(out / "config.yaml").seed == seed
+        assert json.loads((out / "metrics.json").read_text())["output_dir"] == str(out)
+
+
+def test_resumed_run_continues_its_folder_with_one_metrics_csv(tmp_path):
+    """Crash after step 5 with the last checkpoint at step 3: the resumed run redoes 4..5 in the
+    same folder; metrics.csv has every step once, the loss history keeps the earlier points, and
+    no versioned checkpoint copies appear."""
+    data = fake_lm(n_train=24)
+    first = train(make_cfg(tmp_path / "a", "default", SMALL, data=data, steps=3))
+    out = Path(first["output_dir"])
+    step3 = (out / "checkpoints" / "last.ckpt").read_bytes()
+    train(make_cfg(tmp_path / "b", "default", SMALL + [f"resume={out}"], data=data, steps=5))
+    (out / "checkpoints" / "last.ckpt").write_bytes(step3)  # the crash: step 4-5 not saved
+    final = train(make_cfg(tmp_path / "c", "default", SMALL + [f"resume={out}"], data=data, steps=7))
+    assert final["output_dir"] == str(out) and final["global_step"] == 7
+    assert _csv_steps(out / "metrics.csv", "train/loss") == list(range(7))
+    assert _csv_steps(out / "metrics.csv", "val/loss") == [1, 3, 5]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["last.ckpt"]
+    state = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["callbacks"]
+    (history,) = [v for k, v in state.items() if "LossHistory" in k]
+    assert [s for s, _ in history["train"]] == list(range(1, 8))
+    assert [s for s, _ in history["val"]] == [2, 4, 6]
+    assert (out / "loss_curve.png").is_file()
+
+
+def test_resume_auto_skips_a_run_with_another_model_shape(tmp_path, capsys):
+    debug = train(make_cfg(tmp_path, "default", SMALL + ["model.n_layer=2"], data=fake_lm(), steps=2))
+    m = train(make_cfg(tmp_path, "default", SMALL + ["resume=auto"], data=fake_lm(), steps=2))
+    said = capsys.readouterr().out
+    assert m["status"] == "ok" and m["resumed_from"] is None and m["output_dir"] != debug["output_dir"]
+    assert "model.n_layer: 2 -> 1" in said and "starting fresh" in said
+    again = train(make_cfg(tmp_path, "default", SMALL + ["resume=auto"], data=fake_lm(), steps=4))
+    assert again["resumed_from"] == str(Path(m["output_dir"]) / "checkpoints" / "last.ckpt")
+    assert again["output_dir"] == m["output_dir"] and again["global_step"] == 4
+
+
+def test_a_datamodule_missing_a_spec_field_fails_naming_both(tmp_path):
+    cfg = make_cfg(tmp_path, "lra/listops", TINY_CLS, data=fake_lm())
+    with pytest.raises(ValueError) as err:
+        train(cfg)
+    msg = str(err.value)
+    assert "FakeLMDataModule" in msg and "num_classes" in msg and "LRAClassifier" in msg
 
 
 def test_failure_is_recorded_then_raised(tmp_path):
@@ -128,15 +179,15 @@ def test_global_batch_size_sets_accumulation(tmp_path):
 # ---- one CPU run per experiment family, tiny shapes ------------------------------------------
 @pytest.mark.skipif(not (HAS_FLASH and INTERPRET), reason="kernels.flash_attn_func not importable")
 def test_gpt2_family_one_step_flash_interpreted(tmp_path):
-    cfg = make_cfg(tmp_path, "gpt2/small-flash", [
+    cfg = make_cfg(tmp_path, "gpt2/small", ["attention=flash",
         "model.n_layer=1", "model.d_model=32", "model.n_head=2", "global_batch_size=null"],
         data=fake_lm(batch_size=2, seq_len=32))
     m = check_outputs(train(cfg), tmp_path)
-    assert m["attention"] == "flash" and m["experiment"] == "gpt2/small-flash"
+    assert m["attention"] == "flash" and m["experiment"] == "gpt2/small-flash"  # named after attention=
 
 
 def test_gpt2_family_one_step_sdpa(tmp_path):
-    cfg = make_cfg(tmp_path, "gpt2/medium-sdpa", ["logger=tensorboard",
+    cfg = make_cfg(tmp_path, "gpt2/medium", ["attention=sdpa", "logger=tensorboard",
         "model.n_layer=1", "model.d_model=32", "model.n_head=2", "global_batch_size=null"],
         data=fake_lm(batch_size=2, seq_len=32))
     check_outputs(train(cfg), tmp_path)
@@ -144,7 +195,7 @@ def test_gpt2_family_one_step_sdpa(tmp_path):
 
 
 def test_bert_family_one_step(tmp_path):
-    cfg = make_cfg(tmp_path, "bert/large-standard", [
+    cfg = make_cfg(tmp_path, "bert/large", ["attention=standard",
         "model.n_layer=1", "model.d_model=32", "model.n_head=2", "model.d_ff=64",
         "global_batch_size=null", "task.scheduler.warmup_steps=0"],
         data={"_target_": FAKE + "FakeMLMDataModule", "batch_size": 4, "seq_len": 32,
@@ -154,12 +205,12 @@ def test_bert_family_one_step(tmp_path):
 
 
 @pytest.mark.parametrize("experiment,data", [
-    ("lra/listops-standard", {"num_classes": 10}),
-    ("lra/retrieval-standard", {"num_towers": 2}),
-    ("lra/pathfinder32-standard", {"vocab_size": 256}),
+    ("lra/listops", {"num_classes": 10}),
+    ("lra/retrieval", {"num_towers": 2}),
+    ("lra/pathfinder32", {"vocab_size": 256}),
 ])
 def test_lra_family_one_step(tmp_path, experiment, data):
-    cfg = make_cfg(tmp_path, experiment, TINY_CLS, data={
+    cfg = make_cfg(tmp_path, experiment, ["attention=standard", *TINY_CLS], data={
         "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 32,
         "vocab_size": 20, **data})
     m = check_outputs(train(cfg), tmp_path)
@@ -168,7 +219,7 @@ def test_lra_family_one_step(tmp_path, experiment, data):
 
 def test_lra_listops_real_generator_one_step(tmp_path):
     """The real ListOps datamodule (generated, small n) through the real experiment config."""
-    cfg = make_cfg(tmp_path, "lra/listops-standard", TINY_CLS + [
+    cfg = make_cfg(tmp_path, "lra/listops", TINY_CLS + ["attention=standard",
         "data.n_train=16", "data.n_val=4", "data.n_test=4", "data.gen_workers=1",
         "data.num_workers=0", "data.batch_size=4", f"paths.cache_dir={tmp_path / 'cache'}"])
     m = check_outputs(train(cfg), tmp_path)
@@ -177,7 +228,7 @@ def test_lra_listops_real_generator_one_step(tmp_path):
 
 @pytest.mark.skipif(not (HAS_FLASH and INTERPRET), reason="kernels.flash_attn_func not importable")
 def test_lra_blocksparse_one_step_reports_density(tmp_path):
-    cfg = make_cfg(tmp_path, "lra/pathfinder32-blocksparse", TINY_CLS + [
+    cfg = make_cfg(tmp_path, "lra/pathfinder32", TINY_CLS + ["attention=blocksparse",
         "attention.block_size=16", "attention.global_size=0", "attention.butterfly_size=2"], data={
         "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 2, "seq_len": 63,
         "vocab_size": 256})
@@ -188,10 +239,10 @@ def test_lra_blocksparse_one_step_reports_density(tmp_path):
 
 
 def test_longdoc_family_one_step(tmp_path):
-    cfg = make_cfg(tmp_path, "longdoc/mimic-flash", TINY_CLS + [
+    cfg = make_cfg(tmp_path, "longdoc/mimic", TINY_CLS + [
         "attention=sdpa", "model.position_repeat_base=16"], data={
         "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 48,
-        "vocab_size": 30, "num_classes": 6, "multilabel": True})
+        "vocab_size": 30, "num_classes": 6, "multi_label": True})
     m = check_outputs(train(cfg), tmp_path)
     assert "val/micro_f1" in m and "test/micro_f1" in m
 
@@ -233,7 +284,7 @@ def test_ddp_two_cpu_processes_gloo(tmp_path, grad_dtype):
 
 def test_missing_user_data_names_the_path(tmp_path):
     missing = tmp_path / "no-such-dir"
-    cfg = make_cfg(tmp_path, "lra/text-standard", TINY_CLS + [f"paths.data_dir={missing}"])
+    cfg = make_cfg(tmp_path, "lra/text", TINY_CLS + ["attention=standard",f"paths.data_dir={missing}"])
     with pytest.raises(Exception) as err:
         train(cfg)
     assert str(missing) in str(err.value)
@@ -244,7 +295,7 @@ def test_missing_user_data_names_the_path(tmp_path):
 
 def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
     from fa_train.models import LRAClassifier
-    from fa_train.train import load_init_weights
+    from fa_train.utils.checkpoints import load_init_weights
     kw = dict(num_classes=2, vocab_size=256, n_layer=1, n_head=2, d_model=16, d_ff=16,
               pos_emb="learned", pool="cls", attention="sdpa")
     src = LRAClassifier(max_seq_len=16, image_size=4, **kw)
@@ -255,3 +306,14 @@ def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
     load_init_weights(dst, tmp_path / "run")  # a run directory works too
     torch.testing.assert_close(dst.embed.weight, src.embed.weight)
     assert dst.pos_table.shape == (64, 16)
+
+
+@pytest.mark.parametrize("experiment", ["gpt2/medium", "bert/large", "lra/pathx", "longdoc/mimic"])
+def test_debug_smoke_cuts_any_experiment_to_a_cpu_run(experiment):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={experiment}", "debug=smoke",
+                                           "attention=sdpa", "paths.output_dir=/tmp/unused"])
+    assert cfg.trainer.accelerator == "cpu" and cfg.trainer.precision == "32-true"
+    assert cfg.trainer.max_steps == 2 and cfg.callbacks.progress is None
+    assert cfg.model.n_layer == 1 and cfg.model.d_model == 32 and cfg.data.batch_size == 2
+    assert cfg.experiment_name == f"{experiment}-sdpa"  # named after its attention

@@ -1,5 +1,5 @@
-"""Instruction counts of the compiled attention loops (scripts/loop_instructions.py): the SASS
-parser, and the dK/dV loop's per-iteration work on an H100 (sm_90) build; needs no GPU."""
+"""Instruction counts of the compiled attention loops (research/kernel_probes/loop_instructions.py):
+the SASS parser, and the dK/dV loop's per-iteration work on an H100 (sm_90) build; needs no GPU."""
 import json
 import os
 import pathlib
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "research" / "kernel_probes"))
 
 from loop_instructions import matmul_loops, parse_sass  # noqa: E402
 
@@ -38,7 +38,8 @@ def test_parser_counts_innermost_matmul_loops_only():
 def _loop_report(*flags):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "loop_instructions.py"),
+    probe = ROOT / "research" / "kernel_probes" / "loop_instructions.py"
+    done = subprocess.run([sys.executable, str(probe),
                            "--head-dim", "64", "--json", *flags],
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -15,7 +15,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_blocksparse_loops_prefetch_like_dense_ones(head_dim):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "kernel_pipelining.py"),
+    probe = ROOT / "research" / "kernel_probes" / "kernel_pipelining.py"
+    done = subprocess.run([sys.executable, str(probe),
                            "--head-dim", str(head_dim), "--same-tiles", "--json"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -3,9 +3,7 @@
 Batches are dicts: `input_ids` int64 (B, L), `attention_mask` bool (B, L) (True = real token),
 `labels` int64 (B,) — float32 multi-hot (B, C) for multi-label tasks. Two-tower tasks
 (`num_towers == 2`, Retrieval) stack the towers: `input_ids`/`attention_mask` are (B, 2, L).
-After `setup()` the module exposes `vocab_size`, `seq_len`, `num_classes` (and `pad_id`,
-`num_towers`, `multi_label`; image tasks also `image_size`), the attribute names `fa_train.train`
-reads to fill model fields left null."""
+After `setup()`, `spec()` describes the data to the model (`fa_train.data.spec.DataSpec`)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -14,6 +12,9 @@ import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from fa_train.data.spec import DataSpec
+from fa_train.utils.resumable import train_loader
 
 
 class MapDataset(Dataset):
@@ -65,10 +66,11 @@ class Collator:
 
 class SequenceClassificationDataModule(L.LightningDataModule):
     """Base: subclasses implement `build()` -> {'train','val','test': Dataset} and set
-    `vocab_size`, `seq_len`, `num_classes` there."""
+    `vocab_size`, `seq_len`, `num_classes` there (image tasks also `image_size`)."""
 
     num_towers = 1
     multi_label = False
+    image_size: int | None = None
 
     def __init__(self, batch_size: int = 32, num_workers: int = 0, seed: int = 0,
                  eval_batch_size: int | None = None, pin_memory: bool = False,
@@ -93,18 +95,24 @@ class SequenceClassificationDataModule(L.LightningDataModule):
         if self.datasets is None:
             self.datasets = self.build()
 
+    def spec(self) -> DataSpec:
+        """The data -> model contract (after ``setup``)."""
+        return DataSpec(vocab_size=self.vocab_size, seq_len=self.seq_len, num_classes=self.num_classes,
+                        pad_id=self.pad_id, image_size=self.image_size, num_towers=self.num_towers,
+                        multi_label=self.multi_label)
+
     def collator(self) -> Collator:
         return Collator(self.seq_len, self.pad_id, self.num_towers, self.multi_label)
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         if self.datasets is None:
             self.setup()
-        gen = torch.Generator().manual_seed(self.seed) if train else None
-        return DataLoader(self.datasets[split], batch_size=self.batch_size if train else self.eval_batch_size,
-                          shuffle=train, generator=gen, num_workers=self.num_workers,
-                          collate_fn=self.collator(), pin_memory=self.pin_memory,
-                          drop_last=self.drop_last and train,
-                          persistent_workers=self.num_workers > 0)
+        kw = dict(num_workers=self.num_workers, collate_fn=self.collator(),
+                  pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
+        if train:
+            return train_loader(self.datasets[split], self.batch_size, self.seed,
+                                drop_last=self.drop_last, **kw)
+        return DataLoader(self.datasets[split], batch_size=self.eval_batch_size, shuffle=False, **kw)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", True)

@@ -10,8 +10,8 @@ MINI_RECIPE = textwrap.dedent("""
     title: "Mini — a recipe for tests"
     description: two train runs and one bench run
     runs:
-      - {name: base, kind: train, experiment: gpt2/small-standard, labels: {impl: standard, seq_len: 1024}}
-      - {name: fast, kind: train, experiment: gpt2/small-flash, labels: {impl: flash, seq_len: 1024}}
+      - {name: base, kind: train, experiment: gpt2/small, overrides: {attention: standard}, labels: {impl: standard, seq_len: 1024}}
+      - {name: fast, kind: train, experiment: gpt2/small, overrides: {attention: flash}, labels: {impl: flash, seq_len: 1024}}
       - {name: bench, kind: bench, subcommand: attention, args: {impls: [standard, flash]}}
     scales:
       smoke: {hardware: "CPU", measures: "wiring", train_overrides: {trainer.max_steps: 2}}

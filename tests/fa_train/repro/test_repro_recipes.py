@@ -31,13 +31,14 @@ def test_recipe_schema(path):
         assert sc["hardware"] and sc["measures"]
         assert recipe.runs(scale), scale
     smoke = recipe.runs("smoke")
-    assert all("cpu" in (r.overrides.get("trainer"), r.overrides.get("trainer.accelerator"))
+    assert all(r.overrides.get("debug") == "smoke"  # configs/debug/smoke.yaml: on the CPU
+               and r.overrides.get("trainer.accelerator", "cpu") == "cpu"
                for r in smoke if r.kind == "train")
     assert all(r.args.get("device") == "cpu" for r in smoke if r.kind == "bench")
 
 
-def test_paper_numbers_match_paper_md():
-    """Spot checks against shared/paper.md as restated (a typo here would mislead every report)."""
+def test_paper_numbers_match_the_paper():
+    """Spot checks against the paper (Dao et al. 2022) (a typo here would mislead every report)."""
     t3 = load_recipe(REPO / "recipes/table3_lra.yaml").paper["tables"]["table3"]["rows"]
     assert t3["FlashAttention"] == [37.6, 63.9, 81.4, 43.5, 72.7, 59.8, 2.4]
     assert t3["Block-sparse FlashAttention"][-1] == 2.8
@@ -67,7 +68,7 @@ def test_ddp_scaling_runs_one_and_two_processes_of_each_impl():
     for (impl, gpus), run in runs.items():
         assert run.overrides["trainer"] == ("gpu" if gpus == 1 else "ddp")
         assert run.overrides.get("trainer.devices", 1) == gpus
-        assert run.experiment == f"gpt2/small-{impl}"
+        assert run.experiment == "gpt2/small" and run.overrides["attention"] == impl
 
 
 def test_every_train_run_composes_at_every_scale():
@@ -108,7 +109,7 @@ name: r
 title: t
 description: d
 runs:
-  - {name: a, kind: train, experiment: gpt2/small-flash, overrides: {data.seq_len: 1024, x: 1}}
+  - {name: a, kind: train, experiment: gpt2/small, overrides: {data.seq_len: 1024, x: 1}}
   - {name: b, kind: bench, subcommand: attention, args: {impls: [flash, standard], padding: true, dropout: 0.1}}
 scales:
   smoke: {hardware: cpu, measures: m, train_overrides: {x: 2, y: 3}, bench_args: {device: cpu},
@@ -124,8 +125,9 @@ report: {tables: [], plots: []}
     a, b = recipe.runs("smoke")
     assert a.overrides == {"data.seq_len": 1024, "x": 2, "y": 4}
     assert a.command(tmp_path / "a")[1:3] == ["-m", "fa_train.train"]
-    assert a.command(tmp_path / "a")[3:] == ["experiment=gpt2/small-flash", "data.seq_len=1024",
-                                             "x=2", "y=4", f"hydra.run.dir={tmp_path / 'a'}"]
+    assert a.command(tmp_path / "a")[3:] == ["experiment=gpt2/small", "data.seq_len=1024",
+                                             "x=2", "y=4", f"hydra.run.dir={tmp_path / 'a'}",
+                                             "hydra.output_subdir=null"]
     assert b.command("OUT")[3:] == ["attention", "--out", "OUT", "--impls", "flash,standard",
                                     "--dropout", "0.1", "--device", "cpu"]
     assert [r.name for r in recipe.runs("gpu")] == ["a"]

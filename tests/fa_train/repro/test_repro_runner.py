@@ -51,9 +51,9 @@ def test_records_every_run_and_resumes(mini_recipe, tmp_path):
     assert on_disk["host"]["gpus"]
     base = on_disk["runs"]["base"]
     assert base["status"] == "ok" and base["metrics"]["val/ppl"] == 20.0
-    assert base["overrides"] == {"trainer.max_steps": 2}
-    assert base["command"][1:5] == ["-m", "fa_train.train", "experiment=gpt2/small-standard",
-                                    "trainer.max_steps=2"]
+    assert base["overrides"] == {"attention": "standard", "trainer.max_steps": 2}
+    assert base["command"][1:6] == ["-m", "fa_train.train", "experiment=gpt2/small",
+                                    "attention=standard", "trainer.max_steps=2"]
     assert on_disk["runs"]["bench"]["metrics"]["attention"]["rows"][0]["ms"] == 1.0
 
     again = FakeExecutor()

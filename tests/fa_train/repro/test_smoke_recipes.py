@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from rich.console import Console
 
 from fa_train.repro.recipe import list_recipe_paths, load_recipe
@@ -18,6 +19,7 @@ from fa_train.repro.runner import InProcessExecutor, SubprocessExecutor, run_rec
 
 REPO = Path(__file__).resolve().parents[3]
 RECIPES = list_recipe_paths(REPO / "recipes")
+SMOKE_STEPS = OmegaConf.load(REPO / "configs" / "debug" / "smoke.yaml").trainer.max_steps
 
 
 @pytest.mark.timeout(240)
@@ -38,7 +40,8 @@ def test_smoke_scale_runs_on_cpu(path, tmp_path):
     for name, entry in runs.items():
         if entry["kind"] == "train":
             assert entry["metrics"]["status"] == "ok"
-            assert entry["metrics"]["global_step"] == entry["overrides"]["trainer.max_steps"]
+            assert entry["metrics"]["global_step"] == entry["overrides"].get("trainer.max_steps",
+                                                                            SMOKE_STEPS)
             assert (out / name / "metrics.csv").exists()
             assert not (out / name / "checkpoints").exists()    # deleted after each run
         else:

@@ -169,7 +169,7 @@ def test_mlm_task_positions_given_or_found_give_the_same_loss():
 @pytest.mark.parametrize("towers,multilabel", [(1, False), (2, False), (1, True)])
 def test_classification_tasks(towers, multilabel):
     dm = FakeClassificationDataModule(batch_size=4, seq_len=16, vocab_size=20, num_classes=4,
-                                      num_towers=towers, multilabel=multilabel)
+                                      num_towers=towers, multi_label=multilabel)
     model = LRAClassifier(num_classes=4, vocab_size=20, max_seq_len=16, n_layer=1, n_head=2,
                           d_model=16, d_ff=32, num_towers=towers, multi_label=multilabel,
                           attention="standard")

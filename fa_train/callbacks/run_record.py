@@ -1,0 +1,137 @@
+"""``metrics.json``: what a run was and how it ended, written whether it succeeded or not.
+
+Keys: status ("running" | "ok" | "oom" | "failed"), error (and traceback when failed), experiment,
+git_commit, output_dir, resumed_from; from `describe`: attention (resolved), model, n_params,
+seq_len, batch_size, global_batch_size, accumulate_grad_batches, devices, precision; at the end:
+global_step, epoch, wall_time_s, every final logged metric (val/loss, val/ppl, val/acc, test/...),
+PerfMonitor's summary (tokens_per_sec_per_device, mfu, peak_memory_gib, flops_per_token, ...),
+tokens_per_sec (per device x world_size) and world_size, train_loss_first, train_loss_last,
+loss_start / loss_end (means of the first / last 10 optimizer steps), block-sparse layout
+statistics, checkpoint, loss_curve, metrics_csv.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from fa_train.callbacks.checkpoint import LastCheckpoint
+from fa_train.callbacks.history import LossHistory
+from fa_train.callbacks.perf import PerfMonitor
+from fa_train.utils.errors import is_oom
+from fa_train.utils.provenance import git_commit
+
+SUMMARY_KEYS = ["status", "global_step", "loss_start", "loss_end", "val/loss", "val/ppl",
+                "val/acc", "tokens_per_sec_per_device", "mfu", "peak_memory_gib", "wall_time_s"]
+LISTED_FILES = ["config.yaml", "metrics.json", "metrics.csv", "checkpoints/last.ckpt",
+                "loss_curve.png"]
+
+
+def _scalar(v: Any) -> float | None:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+class RunRecord(L.Callback):
+    """Collects the record; `capture` wraps the whole run and writes metrics.json at its end."""
+
+    def __init__(self, out_dir: str | Path, experiment: str | None = None, **fields: Any):
+        super().__init__()
+        self.out_dir = Path(out_dir)
+        self.metrics: dict[str, Any] = {"status": "running", "error": None,
+                                        "experiment": experiment, "git_commit": git_commit(),
+                                        "output_dir": str(self.out_dir), **fields}
+        self.trainer: L.Trainer | None = None
+        self._fit_metrics: dict[str, Any] = {}
+
+    def describe(self, trainer: L.Trainer, **fields: Any) -> None:
+        self.trainer = trainer
+        self.metrics.update(fields)
+
+    def on_fit_end(self, trainer, pl_module):
+        self._fit_metrics = dict(trainer.callback_metrics)  # trainer.test() replaces them
+
+    @contextmanager
+    def capture(self):
+        """Runs the body; records ok / oom / failed; re-raises everything but out-of-memory."""
+        t0 = time.time()
+        try:
+            yield self
+            self.metrics["status"] = "ok"
+        except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised unless OOM
+            if not is_oom(exc):
+                self.metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                                    traceback=traceback.format_exc()[-6000:])
+                raise
+            self.metrics.update(status="oom", error=f"{type(exc).__name__}: {str(exc)[:2000]}")
+            import torch
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        finally:
+            self.metrics["wall_time_s"] = round(time.time() - t0, 3)
+            self._finish()
+
+    def _callback(self, cls):
+        callbacks = self.trainer.callbacks if self.trainer is not None else []
+        return next((c for c in callbacks if isinstance(c, cls)), None)
+
+    def _finish(self) -> None:
+        m, trainer = self.metrics, self.trainer
+        if trainer is not None:
+            m.update(global_step=trainer.global_step, epoch=trainer.current_epoch)
+            for k, v in {**self._fit_metrics, **trainer.callback_metrics}.items():
+                if not k.startswith("perf/") and _scalar(v) is not None:  # perf: summary below
+                    m[k] = _scalar(v)
+        perf = self._callback(PerfMonitor)
+        if perf is not None:
+            m.update(perf.summary)
+            if perf.summary.get("tokens_per_sec_per_device"):
+                m["world_size"] = trainer.world_size
+                m["tokens_per_sec"] = perf.summary["tokens_per_sec_per_device"] * trainer.world_size
+        if m.get("attention") == "blocksparse" and trainer is not None:
+            m.update(trainer.lightning_module.model.attention.stats())
+        for k in ("tokens_per_sec_per_device", "mfu", "peak_memory_gib"):
+            m.setdefault(k, None)
+        history = self._callback(LossHistory)
+        if history is not None and history.train:
+            tr, k = history.train, min(10, len(history.train))
+            m.update(train_loss_first=tr[0][1], train_loss_last=tr[-1][1],
+                     loss_start=sum(v for _, v in tr[:k]) / k, loss_end=sum(v for _, v in tr[-k:]) / k)
+        ckpt = self._callback(LastCheckpoint)
+        if ckpt is not None and ckpt.path.is_file():
+            m["checkpoint"] = str(ckpt.path)
+        if trainer is None or trainer.is_global_zero:
+            if history is not None and history.plot_path and history.plot_path.is_file():
+                m["loss_curve"] = str(history.plot_path)
+            m["metrics_csv"] = str(self.out_dir / "metrics.csv")
+            self.write()
+            self.print_summary()
+
+    def write(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / "metrics.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.metrics, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+
+    def print_summary(self) -> None:
+        m = self.metrics
+        parts = [f"{k}={m[k]:.4g}" if isinstance(m[k], float) else f"{k}={m[k]}"
+                 for k in SUMMARY_KEYS if m.get(k) is not None]
+        print("[fa-train] " + " ".join(parts))
+        if m.get("error"):
+            print(f"[fa-train] error: {m['error'][:500]}")
+        print(f"[fa-train] outputs in {self.out_dir}")
+        for name in LISTED_FILES:
+            if (self.out_dir / name).exists():
+                print(f"[fa-train]   {self.out_dir / name}")

@@ -1,0 +1,378 @@
+"""`fa-repro results`: the results pages, rendered from the committed result files.
+
+Two generated blocks, each between its markers, with no number typed by hand:
+- README.md, "results at a glance": one row per recipe (a paper table or figure): the paper's
+  number and ours for the cell the recipe's ``report.glance`` names, the GPU and date of our runs,
+  and a link to the recipe's full report (reports/<recipe>/<scale>/report.md).
+- RESULTS.md, the full measured tables (kernel benchmarks and every recipe's runs).
+
+``fa-repro results`` rewrites both blocks; ``--check`` only reports whether they are up to date.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+GLANCE_BEGIN, GLANCE_END = "<!-- glance:begin -->", "<!-- glance:end -->"
+SCALE_ORDER = ("full", "gpu", "smoke")
+
+
+def load(path):
+    return json.loads((ROOT / path).read_text())
+
+
+def index(rows, *keys):
+    return {tuple(r[k] for k in keys): r for r in rows}
+
+
+def fmt(row, field="tflops", digits=0):
+    if row is None:
+        return "–"
+    if row.get("status") != "ok":
+        return row.get("status", "–")
+    return "–" if row.get(field) is None else f"{row[field]:.{digits}f}"
+
+
+def source(env, path):
+    return f"{env['gpu']}, {env['date'][:10]}, torch {env['torch']}, triton {env['triton']} (`{path}`)"
+
+
+DENSE_IMPLS = {"flash": "ours (flash)", "sdpa_flash": "sdpa_flash (FA2)", "flex": "flex",
+               "sdpa_cudnn": "sdpa_cudnn", "standard": "standard"}
+
+
+def dense_table(path="reports/bench/attention/attention.json", timing="CUDA events per call",
+                seqlens=(1024, 4096, 16384), impls=tuple(DENSE_IMPLS)):
+    data = load(path)
+    rows = index(data["rows"], "impl", "head_dim", "causal", "seqlen", "pass")
+    lines = [f"Dense attention, bf16, TFLOP/s, batch × seqlen = 16K tokens, hidden 2048, timed with "
+             f"{timing} — {source(data['environment'], path)}:",
+             "", "| d | causal | N | pass | " + " | ".join(DENSE_IMPLS[i] for i in impls) + " |",
+             "|---|---|---|---|" + "---|" * len(impls)]
+    for d in (64, 128):
+        for causal in (0, 1):
+            for n in seqlens:
+                for p in ("fwd", "fwd+bwd"):
+                    cells = [fmt(rows.get((i, d, causal, n, p))) for i in impls]
+                    lines.append(f"| {d} | {causal} | {n} | {p} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def dense_graph_table():
+    """N = 1024, where an eager call's host time rivals its GPU time: GPU time alone."""
+    return [""] + dense_table("reports/bench/attention_cuda_graph/attention.json",
+                              "calls replayed from a CUDA graph (GPU time alone)", (1024,),
+                              ("flash", "sdpa_flash", "flex", "sdpa_cudnn"))
+
+
+def long_sequences():
+    path = "reports/bench/attention_long/attention.json"
+    data = load(path)
+    rows = index(data["rows"], "impl", "seqlen")
+    lines = ["", f"Long causal sequences (batch 1, 16 heads, d = 64, fwd+bwd) — {source(data['environment'], path)}:",
+             "", "| N | ours TFLOP/s | ours peak GiB | sdpa_flash TFLOP/s | sdpa_cudnn TFLOP/s |",
+             "|---|---|---|---|---|"]
+    for n in (32768, 65536):
+        f = rows.get(("flash", n))
+        lines.append(f"| {n} | {fmt(f)} | {fmt(f, 'peak_mem_gib', 2)} | "
+                     f"{fmt(rows.get(('sdpa_flash', n)))} | {fmt(rows.get(('sdpa_cudnn', n)))} |")
+    return lines
+
+
+def figure3():
+    path = "reports/figure3_attention/gpu/dense/attention.json"
+    data = load(path)
+    rows = index(data["rows"], "impl", "seqlen", "pass")
+    lines = ["", f"Paper Figure 3 setting (recipe figure3_attention: dropout 0.1 + key padding mask, d = 64, "
+             f"fwd+bwd, ms; peak memory of ours vs standard) — {source(data['environment'], path)}:", "",
+             "| N | ours (flash) | standard | sdpa_efficient | sdpa_cudnn | ours GiB | standard GiB |",
+             "|---|---|---|---|---|---|---|"]
+    for n in (512, 1024, 4096, 16384, 65536):
+        cells = [fmt(rows.get((i, n, "fwd+bwd")), "ms", 2)
+                 for i in ("flash", "standard", "sdpa_efficient", "sdpa_cudnn")]
+        mem = [fmt(rows.get((i, n, "fwd+bwd")), "peak_mem_gib", 2) for i in ("flash", "standard")]
+        lines.append(f"| {n} | " + " | ".join(cells + mem) + " |")
+    return lines
+
+
+def _ratio(a, b, field="tflops_effective"):
+    """a / b of two result rows' `field`, or a dash when either did not run."""
+    if a and b and a.get("status") == b.get("status") == "ok":
+        return f"{a[field] / b[field]:.2f}"
+    return "–"
+
+
+def _within_density_bound(sparse, dense):
+    """Whether a block-sparse time is at most 1.25 x density x the dense time + 0.05 ms."""
+    if not (dense and dense.get("ms") and sparse.get("ms")):
+        return "–"
+    return "yes" if sparse["ms"] <= 1.25 * sparse["density"] * dense["ms"] + 0.05 else "no"
+
+
+def figure2_right():
+    """Block-sparse fwd+bwd time over dense time, by density (the paper's Figure 2 right)."""
+    path = "reports/figure2_io/gpu/sparsity/blocksparse.json"
+    data = load(path)
+    cfg = data["config"]
+    rows = sorted((r for r in data["rows"] if r["impl"] == "blocksparse" and r["pass"] == "fwd+bwd"
+                   and r["status"] == "ok"), key=lambda r: r["density"])
+    return ["", f"Paper Figure 2 right (recipe figure2_io; N = {cfg['seqlens'][0]}, "
+            f"d = {cfg['head_dims'][0]}, butterfly layouts plus global blocks, fwd+bwd time of our "
+            f"block-sparse kernels over that of our dense kernels) — {source(data['environment'], path)}:",
+            "", "| density | " + " | ".join(f"{r['density']:.3f}" for r in rows) + " |",
+            "|---|" + "---|" * len(rows),
+            "| time ÷ dense | " + " | ".join(f"{r['ratio_to_dense']:.3f}" for r in rows) + " |"]
+
+
+def io_and_blocksparse():
+    path = "reports/figure2_io/gpu/io/io.json"
+    data = load(path)
+    rows = index(data["rows"], "impl")
+    lines = ["", f"Paper Figure 2 left (recipe figure2_io; GPT-2 medium attention: N = 1024, d = 64, 16 heads, batch 64, fwd+bwd) — {source(data['environment'], path)}:",
+             "", "| impl | GFLOPs executed | HBM read+write (GB, Nsight Compute) | runtime (ms) |", "|---|---|---|---|"]
+    for impl in ("standard", "flash"):
+        r = rows[(impl,)]
+        lines.append(f"| {impl} | {r['gflops_executed']:.0f} | {r['hbm_gb']:.2f} | {r['ms']:.2f} |")
+    lines += figure2_right()
+    path = "reports/bench/blocksparse/blocksparse.json"
+    data = load(path)
+    rows = index(data["rows"], "impl", "head_dim", "seqlen", "layout", "pass")
+    cfg = data["config"]
+    lines += ["", f"Block-sparse, butterfly layouts at 128-token blocks, batch × N = {cfg['tokens'] // 1024}K "
+              f"tokens, hidden {cfg['hidden']} — effective TFLOP/s (density × dense FLOPs / time); "
+              "÷ dense: block-sparse over dense TFLOP/s; time ≤ 1.25·s·dense + 0.05 ms: our target "
+              f"for a cost that falls with density — {source(data['environment'], path)}:", "",
+              "| d | N | k | density | pass | ours dense | ours block-sparse | ÷ dense | flex (same mask) "
+              "| ours ÷ flex | time ≤ 1.25·s·dense + 0.05 ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    factors = sorted({r["n_factors"] for r in data["rows"] if r["impl"] == "blocksparse"})
+    for d, n, k, p in itertools.product(cfg["head_dims"], cfg["seqlens"], factors, ("fwd", "fwd+bwd")):
+        bs = rows.get(("blocksparse", d, n, f"k={k}", p))
+        if bs is None:
+            continue
+        dense = rows.get(("flash", d, n, "dense", p))
+        flex = rows.get(("flex", d, n, f"k={k}", p))
+        lines.append(f"| {d} | {n} | {k} | {bs['density']:.4f} | {p} | "
+                     f"{fmt(dense, 'tflops_effective')} | {fmt(bs, 'tflops_effective')} | "
+                     f"{_ratio(bs, dense)} | {fmt(flex, 'tflops_effective')} | "
+                     f"{_ratio(bs, flex)} | {_within_density_bound(bs, dense)} |")
+    return lines
+
+
+def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024"):
+    """The runs of a training recipe at the gpu scale: speed, memory and the loss they reached."""
+    path = f"reports/{recipe}/gpu/results.json"
+    data = load(path)
+    lines = ["", f"{what}, bf16, one GPU (recipe {recipe}, scale gpu; `{path}`):", "",
+             "| run | attention | torch.compile | tokens/s | MFU | peak GiB | loss after the run |",
+             "|---|---|---|---|---|---|---|"]
+    for name, run in data["runs"].items():
+        m = run.get("metrics") or {}
+        if run.get("status") != "ok":
+            lines.append(f"| {name} | – | – | {run.get('status')} | – | – | – |")
+            continue
+        compiled = "yes" if run["overrides"].get("task.compile") else "no"
+        lines.append(f"| {name} | {m['attention']} | {compiled} | {m['tokens_per_sec_per_device']:,.0f} | "
+                     f"{100 * m['mfu']:.1f}% | {m['peak_memory_gib']:.1f} | {m['loss_end']:.3f} |")
+    devices = sorted({(r.get("metrics") or {}).get("device_name", "?") for r in data["runs"].values()})
+    lines.append(f"\n_{', '.join(devices)}; {data['updated'][:10]}._")
+    return lines
+
+
+def context():
+    path = "reports/table4_gpt2_context/gpu/results.json"
+    data = load(path)
+    lines = ["", f"GPT-2 small at longer context, 16K tokens per micro-batch, bf16, all runs compiled "
+             f"(recipe table4_gpt2_context, scale gpu; `{path}`):", "",
+             "| run | tokens/s | MFU | peak GiB | val ppl after 150 steps |", "|---|---|---|---|---|"]
+    for name, run in data["runs"].items():
+        m = run.get("metrics") or {}
+        if run.get("status") != "ok":
+            lines.append(f"| {name} | {run.get('status')} | – | – | – |")
+            continue
+        lines.append(f"| {name} | {m['tokens_per_sec_per_device']:,.0f} | {100 * m['mfu']:.1f}% | "
+                     f"{m['peak_memory_gib']:.1f} | {m['val/ppl']:.1f} |")
+    return lines
+
+
+def bare_model():
+    lines = ["", "The same GPT-2 models outside `fa-train` (`fa-bench train-step`: bf16 autocast, fused "
+             "AdamW, clipping, random tokens; runner bare = the training loop alone, trainer = through "
+             "Lightning with the project's callbacks; loss = the fused cross-entropy kernel or PyTorch's; "
+             "GPU busy = summed kernel time per step, profiled runs only):", "",
+             "| model | batch | torch.compile | runner | attention | loss | tokens/s | step ms | "
+             "GPU busy ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    sources = []
+    for name in ("gpt2_small_row_stats", "gpt2_small_packed_qkv", "gpt2_small_packed_qkv_reversed",
+                 "gpt2_small_packed_qkv_profile", "gpt2_small_short_fwd_tiles",
+                 "gpt2_small_trainer_after_fix", "gpt2_small_fused_loss", "gpt2_small_torch_loss",
+                 "gpt2_small_eager",
+                 "gpt2_small_compiled", "gpt2_small_reduce_overhead", "gpt2_medium_compiled",
+                 "gpt2_medium_reduce_overhead"):
+        path = f"reports/bench/train_step/{name}/train_step.json"
+        data = load(path)
+        sources.append(f"`{path}`")
+        for r in data["rows"]:
+            tps = f"{r['tokens_per_s']:,.0f}" if r.get("status") == "ok" else r.get("status")
+            mode = (r.get("compile_mode") or "default") if r["compile"] else "no"
+            lines.append(f"| {r['model']} | {r['batch']} | {mode} | {r.get('runner', 'bare')} | "
+                         f"{r['impl']} | {r.get('loss', 'torch')} | {tps} | {fmt(r, 'step_ms', 1)} | "
+                         f"{fmt(r, 'gpu_busy_ms', 1)} |")
+    env = data["environment"]
+    return lines + ["", f"_{env['gpu']}, {env['date'][:10]}; code measured per file: "
+                    "`reports/bench/train_step/README.md`; " + ", ".join(sources) + "._"]
+
+
+def _by_label(path, *labels):
+    """{label values: run entry} of a recipe's results.json."""
+    data = load(path)
+    return {tuple(run["labels"].get(k) for k in labels): run for run in data["runs"].values()}, data
+
+
+def _hosts(data):
+    """The footnote of a recipe's table: the GPUs its runs saw and the date of the last one."""
+    return f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"
+
+
+def _metric(run, key, spec, scale=1):
+    if run is None:
+        return "not run"
+    if run.get("status") != "ok":
+        return run.get("status")
+    value = (run.get("metrics") or {}).get(key)
+    return "–" if value is None else format(scale * value, spec)
+
+
+def context_sweep():
+    path = "reports/context_sweep/gpu/results.json"
+    runs, data = _by_label(path, "impl", "seq_len")
+    impls = ("standard", "sdpa", "flash", "blocksparse")
+    lines = ["", "GPT-2 small from 1K to 64K context, eager, dropout 0.1, 16K tokens per micro-batch, "
+             f"15 steps per run (recipe context_sweep, scale gpu; `{path}`): tokens/s, and peak GiB", "",
+             "| context | " + " | ".join(impls) + " | peak GiB (flash) |", "|---|---|---|---|---|---|"]
+    for n in sorted({n for _, n in runs}):
+        cells = [_metric(runs.get((i, n)), "tokens_per_sec_per_device", ",.0f") for i in impls]
+        lines.append(f"| {n // 1024}K | " + " | ".join(cells)
+                     + f" | {_metric(runs.get(('flash', n)), 'peak_memory_gib', '.1f')} |")
+    return lines + [_hosts(data)]
+
+
+def ddp_scaling():
+    path = "reports/ddp_scaling/gpu/results.json"
+    runs, data = _by_label(path, "impl", "gpus", "grads")
+    lines = ["", "GPT-2 small, compiled, 16 x 1024 tokens per GPU per step, on 1 GPU and on 2 with Lightning "
+             f"DDP (recipe ddp_scaling, scale gpu; `{path}`)", "",
+             "| impl | GPUs | gradients all-reduced in | tokens/s per GPU | tokens/s, all GPUs | scaling efficiency |",
+             "|---|---|---|---|---|---|"]
+    for impl, gpus, grads in sorted(runs, key=lambda key: (key[0] != "flash", key[1], key[2] != "fp32")):
+        run = runs[(impl, gpus, grads)]
+        one = (runs.get((impl, 1, "fp32")) or {}).get("metrics") or {}
+        mine = run.get("metrics") or {}
+        ratio = (mine.get("tokens_per_sec_per_device") or 0) / (one.get("tokens_per_sec_per_device") or 1)
+        lines.append(f"| {impl} | {gpus} | {grads} | {_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
+                     f"{_metric(run, 'tokens_per_sec', ',.0f')} | {ratio:.2f} |")
+    return lines + [_hosts(data)]
+
+
+def lra():
+    path = "reports/table3_lra/gpu/results.json"
+    runs, data = _by_label(path, "task", "impl")
+    impls = ("standard", "flash", "blocksparse")
+    lines = ["", f"Long-Range Arena on generated data, 300 steps (recipe table3_lra, scale gpu; `{path}`): "
+             "test accuracy (%) and tokens/s", "",
+             "| task | " + " | ".join(f"{i} acc | {i} tokens/s" for i in impls) + " |",
+             "|---|" + "---|---|" * len(impls)]
+    for task in ("ListOps", "Pathfinder"):
+        cells = []
+        for i in impls:
+            run = runs.get((task, i))
+            cells += [_metric(run, "test/acc", ".1f", scale=100),
+                      _metric(run, "tokens_per_sec_per_device", ",.0f")]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    path = "reports/table6_pathx/gpu/results.json"
+    runs, _ = _by_label(path, "task", "impl")
+    lines += ["", f"Path-X (16K) and Path-256 (64K), 100 steps from scratch (recipe table6_pathx, scale gpu; "
+              f"`{path}`): final training loss, tokens/s, peak GiB", "",
+              "| task | attention | loss | tokens/s | peak GiB |", "|---|---|---|---|---|"]
+    for task in ("Path-X", "Path-256"):
+        for i in ("flash", "blocksparse", "standard"):
+            run = runs.get((task, i))
+            lines.append(f"| {task} | {i} | {_metric(run, 'loss_end', '.3f')} | "
+                         f"{_metric(run, 'tokens_per_sec_per_device', ',.0f')} | "
+                         f"{_metric(run, 'peak_memory_gib', '.1f')} |")
+    return lines + [_hosts(data)]
+
+
+def measured_tables() -> list[str]:
+    """The full tables of RESULTS.md."""
+    return (dense_table() + dense_graph_table() + long_sequences() + figure3() + io_and_blocksparse()
+            + training() + bare_model()
+            + training("table1_bert", "BERT-large masked-LM training, seq 512, LAMB, 150 steps")
+            + context() + context_sweep() + ddp_scaling() + lra())
+
+
+def _unit(unit: str | None) -> str:
+    return "" if not unit else unit if unit in ("×", "%") else f" {unit}"
+
+
+def _glance_row(recipe) -> str:
+    from fa_train.repro.report import MISSING, Ours, _metric_fmt, fmt_value, our_row
+    spec = recipe.report.get("glance")
+    title = recipe.title.split(" — ")[0]
+    if not spec:
+        return f"| {title} | {MISSING} | {MISSING} | {MISSING} | `{recipe.name}` has no glance cell |"
+    table = recipe.report["tables"][spec.get("table", 0)]
+    ptable = recipe.paper["tables"][table["paper_table"]]
+    units = ptable.get("units") or {}
+    prow, pcol = spec["paper"]["row"], spec["paper"]["column"]
+    pval = ptable["rows"][prow][list(ptable["columns"]).index(pcol)]
+    paper = f"{prow}, {pcol}: {MISSING if pval is None else pval}{_unit(units.get(pcol))}"
+    scale = next((s for s in SCALE_ORDER
+                  if (ROOT / "reports" / recipe.name / s / "results.json").is_file()), None)
+    if scale is None:
+        return f"| {title} | {paper} | not run yet | {MISSING} | {MISSING} |"
+    out = ROOT / "reports" / recipe.name / scale
+    ours = Ours(recipe, out)
+    orow, ocol = spec["ours"]["row"], spec["ours"]["column"]
+    columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
+    value, why = our_row(ours, table, orow, columns, {})[ocol]
+    col_spec = (table.get("columns") or {}).get(ocol)
+    shown = (fmt_value(value, (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec))
+             if value is not None else why or MISSING)
+    gpus = sorted({g.split(",")[0] for g in (ours.data.get("host") or {}).get("gpus") or []})
+    where = f"{', '.join(gpus) or MISSING}, {str(ours.data.get('updated', ''))[:10]}"
+    link = f"[{recipe.name}/{scale}](reports/{recipe.name}/{scale}/report.md)"
+    return f"| {title} | {paper} | {orow}, {ocol}: {shown}{_unit(units.get(ocol))} | {where} | {link} |"
+
+
+def glance_table() -> list[str]:
+    """README's table: one row per recipe."""
+    from fa_train.repro.recipe import list_recipe_paths, load_recipe
+    lines = ["| paper table / figure | the paper | ours | GPU, date | full report |",
+             "|---|---|---|---|---|"]
+    return lines + [_glance_row(load_recipe(p)) for p in list_recipe_paths()]
+
+
+def _replace_block(text: str, begin: str, end: str, lines: list[str], name: str) -> str:
+    if begin not in text or end not in text:
+        raise ValueError(f"{name} lacks the {begin} ... {end} markers")
+    return text[:text.index(begin)] + "\n".join([begin, *lines, end]) + text[text.index(end) + len(end):]
+
+
+def sync(check: bool = False, root: Path = ROOT) -> list[str]:
+    """Rewrite (or, with `check`, compare) the generated blocks; returns the stale files."""
+    stale = []
+    for name, begin, end, render in (("README.md", GLANCE_BEGIN, GLANCE_END, glance_table),
+                                     ("RESULTS.md", BEGIN, END, measured_tables)):
+        path = root / name
+        text = path.read_text()
+        new = _replace_block(text, begin, end, render(), name)
+        if new != text:
+            stale.append(name)
+            if not check:
+                path.write_text(new)
+    return stale

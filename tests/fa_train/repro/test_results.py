@@ -1,0 +1,47 @@
+"""`fa-repro results`: README.md's glance table and RESULTS.md, rendered from the result files."""
+import shutil
+
+import pytest
+
+from fa_train.repro.cli import main
+from fa_train.repro.recipe import list_recipe_paths, load_recipe
+from fa_train.repro.results import BEGIN, GLANCE_BEGIN, GLANCE_END, ROOT, glance_table, sync
+
+
+def test_committed_pages_are_up_to_date():
+    assert sync(check=True) == []
+    assert main(["results", "--check"]) == 0
+
+
+def test_stale_pages_are_found_then_rewritten(tmp_path):
+    for name in ("README.md", "RESULTS.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    readme = (tmp_path / "README.md").read_text()
+    (tmp_path / "README.md").write_text(
+        readme[:readme.index(GLANCE_BEGIN)] + f"{GLANCE_BEGIN}\n| stale |\n{GLANCE_END}"
+        + readme[readme.index(GLANCE_END) + len(GLANCE_END):])
+    results = (tmp_path / "RESULTS.md").read_text()
+    (tmp_path / "RESULTS.md").write_text(results.replace(BEGIN, BEGIN + "\nhand-typed 999"))
+    assert sync(check=True, root=tmp_path) == ["README.md", "RESULTS.md"]
+    assert sync(root=tmp_path) == ["README.md", "RESULTS.md"]
+    assert sync(check=True, root=tmp_path) == []
+    assert (tmp_path / "README.md").read_text() == (ROOT / "README.md").read_text()
+
+
+def test_missing_markers_are_named(tmp_path):
+    (tmp_path / "README.md").write_text("no markers")
+    (tmp_path / "RESULTS.md").write_text("no markers")
+    with pytest.raises(ValueError, match="README.md lacks"):
+        sync(check=True, root=tmp_path)
+
+
+def test_glance_has_one_row_per_recipe_with_the_papers_number():
+    rows = glance_table()[2:]
+    recipes = [load_recipe(p) for p in list_recipe_paths()]
+    assert len(rows) == len(recipes)
+    for row, recipe in zip(rows, recipes):
+        spec = recipe.report["glance"]
+        table = recipe.paper["tables"][recipe.report["tables"][0]["paper_table"]]
+        paper = table["rows"][spec["paper"]["row"]][list(table["columns"]).index(spec["paper"]["column"])]
+        assert f"{spec['paper']['row']}, {spec['paper']['column']}: {paper}" in row
+        assert f"reports/{recipe.name}/" in row or "not run yet" in row
