@@ -1,7 +1,7 @@
 """`fa-repro`: run the paper's tables and figures as recipes, then report paper vs ours.
 
     fa-repro list
-    fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process]
+    fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process] [--jobs N]
     fa-repro report RECIPE [--scale S] [--out DIR]
     fa-repro results [--check]
 
@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="rerun runs that are already done")
     r.add_argument("--in-process", action="store_true",
                    help="run in this process (no subprocess start-up; no OOM isolation or timeout)")
+    r.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run N runs at once on this machine (accuracy studies of small models; "
+                        "their timings then share the GPU)")
     r.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each training run's checkpoints/ (deleted by default: GBs per run)")
     r.add_argument("--no-report", action="store_true", help="do not render report.md afterwards")
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             executor = InProcessExecutor() if args.in_process else None
             data = run_recipe(recipe, args.scale, out_dir=args.out, only=args.only,
                               dry_run=args.dry_run, executor=executor, force=args.force,
-                              keep_checkpoints=args.keep_checkpoints)
+                              keep_checkpoints=args.keep_checkpoints, jobs=args.jobs)
             if args.dry_run:
                 return 0
             if not args.no_report:

@@ -20,13 +20,15 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from fa_train.repro.recipe import Recipe, Run
+from fa_train.repro.recipe import Recipe, RecipeError, Run
 from fa_train.utils.run_dir import release_run_dir
 
 RESULTS_FILE = "results.json"
@@ -310,14 +312,19 @@ def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
 def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                only: str | list[str] | None = None, dry_run: bool = False,
                executor: Executor | None = None, console=None, force: bool = False,
-               keep_checkpoints: bool = False) -> dict[str, Any]:
+               keep_checkpoints: bool = False, jobs: int = 1) -> dict[str, Any]:
     """Run every run of `recipe` at `scale` that is not already done; return results.json's data.
+
+    `jobs` > 1 runs that many at once (subprocesses sharing the machine and its GPU: for
+    accuracy studies of small models, not for timings; each entry records `concurrent_runs`).
 
     Training checkpoints (checkpoints/ in each run folder; GBs at the gpu scale) are deleted
     after each run unless `keep_checkpoints`: a recipe keeps metrics, not weights."""
     from rich.console import Console
 
     console = console or Console(stderr=True)
+    if jobs < 1:
+        raise RecipeError(f"jobs must be at least 1, got {jobs}")
     out = (Path(out_dir) if out_dir else default_out_dir(recipe, scale)).resolve()
     runs = recipe.runs(scale, only=only)
     results = Results(out, recipe, scale)
@@ -340,24 +347,31 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         os.environ["TRITON_INTERPRET"] = "1"
         console.print("CPU run: TRITON_INTERPRET=1 (Triton kernels run interpreted)")
     counts: dict[str, int] = {}
-    for i, run in enumerate(runs, 1):
+    lock = threading.Lock()   # results.json and the counts are shared by concurrent runs
+
+    def one(i: int, run: Run) -> None:
         run_dir = out / run.name
         prefix = f"[{i}/{len(runs)}] {run.name}"
-        done = results.run(run.name)
-        if not force and is_done(done, run, run_dir):
-            if done.get("labels") != run.labels:  # labels only describe a run: follow the recipe
-                results.record(run.name, dict(done, labels=run.labels))
-            console.print(f"{prefix}: [green]ok[/] (done before, skipped)")
-            counts["skipped"] = counts.get("skipped", 0) + 1
-            continue
+        with lock:
+            done = results.run(run.name)
+            if not force and is_done(done, run, run_dir):
+                if done.get("labels") != run.labels:  # labels only describe a run: follow the recipe
+                    results.record(run.name, dict(done, labels=run.labels))
+                console.print(f"{prefix}: [green]ok[/] (done before, skipped)")
+                counts["skipped"] = counts.get("skipped", 0) + 1
+                return
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in result_files(run, run_dir):   # a retried run must not pass on old files
             stale.unlink()
         release_run_dir(run_dir)                   # the retry takes the same folder
         started, t0 = now_iso(), time.perf_counter()
-        with console.status(f"{prefix}: running ({run.kind} "
-                            f"{run.experiment or run.subcommand})…"):
+        if jobs > 1:
+            console.print(f"{prefix}: started", highlight=False)
             outcome = executor(run, run_dir, run.timeout_s)
+        else:
+            with console.status(f"{prefix}: running ({run.kind} "
+                                f"{run.experiment or run.subcommand})…"):
+                outcome = executor(run, run_dir, run.timeout_s)
         duration = time.perf_counter() - t0
         if not keep_checkpoints:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
@@ -367,15 +381,24 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                  "subcommand": run.subcommand, "overrides": run.overrides, "args": run.args,
                  "labels": run.labels, "command": run.command(run_dir), "run_dir": run.name,
                  "executor": type(executor).__name__, "started": started, "finished": now_iso(),
-                 "duration_s": round(duration, 2),
+                 "duration_s": round(duration, 2), "concurrent_runs": jobs,
                  "returncode": outcome.returncode, "error": error, "metrics": metrics}
         if status != "ok":
             entry["output_tail"] = outcome.output[-TAIL_CHARS:]
-        results.record(run.name, entry)
-        counts[status] = counts.get(status, 0) + 1
+        with lock:
+            results.record(run.name, entry)
+            counts[status] = counts.get(status, 0) + 1
         colour = {"ok": "green", "oom": "yellow"}.get(status, "red")
         console.print(f"{prefix}: [{colour}]{status}[/] in {duration:.1f} s"
                       + (f" — {error}" if error else ""), highlight=False)
+
+    if jobs > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for f in [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]:
+                f.result()
+    else:
+        for i, run in enumerate(runs, 1):
+            one(i, run)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
     console.print(f"[bold]{recipe.name}/{scale}[/]: {summary}; results in {results.path}")
     return results.data

@@ -5,6 +5,7 @@ Generated tasks (ListOps, Pathfinder) read `data_dir` when it holds data (the LR
 User-supplied tasks (Text, Retrieval, Image) need `data_dir` in the original format."""
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
@@ -25,21 +26,23 @@ DEFAULT_CACHE = ".cache/fa_train"
 
 
 def _atomic_dir(final: Path, fill) -> Path:
-    """Run fill(tmp_dir) and move the result to `final` (readers never see half a dataset)."""
+    """Run fill(tmp_dir) and move the result to `final` (readers never see half a dataset).
+    Processes that ask for the same `final` at once wait on a lock file: one fills, the rest
+    find it done."""
     if final.exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp", dir=final.parent))
-    try:
-        fill(tmp)
+    with open(final.parent / (final.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.exists():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp", dir=final.parent))
         try:
+            fill(tmp)
             os.replace(tmp, final)
-        except OSError:  # another process finished first
-            if not final.exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

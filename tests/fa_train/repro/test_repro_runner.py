@@ -1,5 +1,9 @@
-"""Runner logic with a fake executor: results.json, resume, failures, OOM, timeouts, CLI."""
+"""Runner logic with a fake executor: results.json, resume, failures, OOM, timeouts, CLI, jobs."""
 import json
+import threading
+import time
+
+import pytest
 
 from rich.console import Console
 
@@ -133,3 +137,35 @@ def test_in_process_executor_records_a_config_error(tmp_path):
     assert outcome.returncode == 1 and "does-not-exist" in outcome.output
     assert classify(outcome, {}, False)[0] == "failed"
     assert "does-not-exist" in (tmp_path / "x" / "run.log").read_text()
+
+
+class SlowExecutor(FakeExecutor):
+    """Counts how many runs are inside the executor at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = self.most = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, run, run_dir, timeout_s):
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        time.sleep(0.2)
+        try:
+            return super().__call__(run, run_dir, timeout_s)
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+
+def test_jobs_run_concurrently_and_record_every_run(mini_recipe, tmp_path):
+    slow = SlowExecutor()
+    data = run_recipe(mini_recipe, "smoke", tmp_path / "out", executor=slow, console=quiet(),
+                      jobs=3)
+    assert slow.most == 3 and sorted(slow.calls) == ["base", "bench", "fast"]
+    on_disk = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert sorted(on_disk["runs"]) == ["base", "bench", "fast"] and on_disk == data
+    assert {e["concurrent_runs"] for e in on_disk["runs"].values()} == {3}
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        run_recipe(mini_recipe, "smoke", tmp_path / "x", executor=slow, console=quiet(), jobs=0)
