@@ -29,10 +29,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from fa_train.resources import config_dir, project_root
 from fa_train.utils.provenance import git_commit
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"
+REPO_ROOT = project_root()
+CONFIG_DIR = config_dir()
 
 # datamodule attribute(s) that fill a model field left null
 MODEL_FIELDS_FROM_DATA = {
