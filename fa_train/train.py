@@ -477,11 +477,25 @@ def check_group_overrides(argv) -> None:
 
 
 def main():
-    """Console script ``fa-train``: Hydra over the repository's configs/, from any cwd."""
+    """Console script ``fa-train``: Hydra over the package's configs/, from any cwd.
+    ``--version`` prints the environment report; a user error prints one line (``--debug``: the
+    traceback)."""
     import hydra
+
+    from fa_train.errors import check_run_config, exit_on_user_error, take_debug_flag
+    sys.argv = [sys.argv[0], *take_debug_flag(sys.argv[1:])]
+    if "--version" in sys.argv[1:]:
+        from fa_train.envreport import print_report
+        sys.exit(print_report())
     os.environ.setdefault("FA_TRAIN_ROOT", str(REPO_ROOT))
     check_group_overrides(sys.argv[1:])
-    hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_hydra_task)()
+
+    @exit_on_user_error("fa-train")
+    def task(cfg):
+        check_run_config(cfg)
+        return _hydra_task(cfg)
+
+    hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from fa_train.errors import check_loader_config
+
 
 class MapDataset(Dataset):
     """items[i] -> (encode(items[i]) , labels[i]); `encode` must be picklable (module-level)."""
@@ -74,6 +76,7 @@ class SequenceClassificationDataModule(L.LightningDataModule):
                  eval_batch_size: int | None = None, pin_memory: bool = False,
                  drop_last: bool = False):
         super().__init__()
+        check_loader_config(batch_size, eval_batch_size, num_workers)
         self.batch_size = int(batch_size)
         self.eval_batch_size = int(eval_batch_size or batch_size)
         self.num_workers = int(num_workers)

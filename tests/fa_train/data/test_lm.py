@@ -139,9 +139,9 @@ def test_seq_len_longer_than_a_split_is_a_clear_error(prepared, tiny_corpus):
 
 
 def test_argument_errors(tmp_path):
-    with pytest.raises(ValueError, match="data_files is required for source='json'"):
+    with pytest.raises(ValueError, match="data.data_files is required for data.source='json'"):
         LMDataModule(source="json", cache_dir=str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="data_files: '/no/such.jsonl' does not exist"):
+    with pytest.raises(ValueError, match="data file /no/such.jsonl: not found"):
         LMDataModule(source="json", data_files="/no/such.jsonl", cache_dir=str(tmp_path))
 
 

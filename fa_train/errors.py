@@ -1,0 +1,140 @@
+"""User errors: bad input named in one line, and the entry-point wrapper that prints them.
+
+A ``UserError`` is raised where input enters (config values in the model, data and task
+constructors, CLI arguments, data files); the console scripts print it as ``PROG: error: MESSAGE``
+and exit with status 2 (so does a missing file, FileNotFoundError, whose message names the path).
+``HYDRA_FULL_ERROR=1`` or ``--debug`` shows the full traceback instead. Anything else is a bug and
+keeps its traceback.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import os
+import sys
+from typing import Any, Callable
+
+USER_ERROR_EXIT = 2
+DEBUG_FLAG = "--debug"
+
+# logger target (a substring of its _target_) -> (module it needs, the extra that installs it)
+LOGGER_PACKAGES = {"WandbLogger": ("wandb", "wandb"), "TensorBoardLogger": ("tensorboard", "tensorboard")}
+
+
+class UserError(ValueError):
+    """Bad input from the user: a config value, a CLI argument or a data file. One line, no traceback."""
+
+
+def check_int(key: str, value: Any, low: int = 1, high: int | None = None) -> int:
+    """``value`` as an int in [low, high]; else UserError naming ``key`` and the valid range."""
+    bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, int) or value < low \
+            or (high is not None and value > high):
+        raise UserError(f"{key}={value!r} is invalid: expected an integer {bound}")
+    return value
+
+
+def check_float(key: str, value: Any, low: float, high: float = math.inf, *,
+                low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a finite-or-bounded float in the interval given; else a UserError naming it."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = math.nan
+    ok = not (isinstance(value, bool) or math.isnan(x)) and (x > low if low_open else x >= low) \
+        and (x < high if high_open else x <= high)
+    if not ok:
+        raise UserError(f"{key}={value!r} is invalid: expected a number in {interval}")
+    return x
+
+
+def check_choice(key: str, value: Any, choices) -> Any:
+    if value not in choices:
+        raise UserError(f"{key}={value!r} is invalid: expected one of {', '.join(map(str, choices))}")
+    return value
+
+
+def check_model_shape(n_layer: int, n_head: int, d_model: int, **dims: int) -> None:
+    """Transformer sizes as configured under ``model.``: positive integers, d_model divisible by n_head."""
+    for key, value in {"n_layer": n_layer, "n_head": n_head, "d_model": d_model, **dims}.items():
+        check_int(f"model.{key}", value)
+    if d_model % n_head:
+        raise UserError(f"model.d_model={d_model} is invalid: expected a multiple of "
+                        f"model.n_head={n_head}")
+
+
+def check_loader_config(batch_size: int, eval_batch_size: int | None, num_workers: int) -> None:
+    """The data loader keys every datamodule takes (data.batch_size, ...)."""
+    check_int("data.batch_size", batch_size)
+    if eval_batch_size is not None:
+        check_int("data.eval_batch_size", eval_batch_size)
+    check_int("data.num_workers", num_workers, low=0)
+
+
+def check_run_config(cfg) -> None:
+    """The run-level keys that no constructor sees: trainer step/epoch counts, global batch size,
+    and the optional packages the chosen loggers need."""
+    trainer = cfg.get("trainer") or {}
+    for key in ("max_steps", "max_epochs"):
+        value = trainer.get(key)
+        if value is not None and value != -1:
+            check_int(f"trainer.{key}", value, low=1)
+    if cfg.get("global_batch_size") is not None:
+        check_int("global_batch_size", cfg.global_batch_size)
+    for name, logger in (cfg.get("logger") or {}).items():
+        target = str((logger or {}).get("_target_", ""))
+        for cls, (module, extra) in LOGGER_PACKAGES.items():
+            if cls in target and not _importable(module):
+                raise UserError(f"logger={name} needs the {module} package: "
+                                f"pip install 'fa-train[{extra}]'")
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def find_user_error(exc: BaseException | None) -> Exception | None:
+    """The UserError (or FileNotFoundError) that caused ``exc``: itself, or one in its
+    __cause__/__context__ chain."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (UserError, FileNotFoundError)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def debug_requested() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def take_debug_flag(argv: list[str]) -> list[str]:
+    """Remove ``--debug`` from argv; when present, full tracebacks are shown (HYDRA_FULL_ERROR=1)."""
+    if DEBUG_FLAG in argv:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    return [a for a in argv if a != DEBUG_FLAG]
+
+
+def exit_on_user_error(prog: str) -> Callable:
+    """Decorator for an entry point: a UserError becomes ``PROG: error: MESSAGE`` on stderr and
+    exit status 2 (unless debugging); every other exception propagates unchanged."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - filtered below, re-raised otherwise
+                err = find_user_error(exc)
+                if err is None or debug_requested():
+                    raise
+                print(f"{prog}: error: {err}", file=sys.stderr)
+                sys.exit(USER_ERROR_EXIT)
+        return wrapped
+    return wrap
