@@ -224,7 +224,7 @@ class TokenWindows(Dataset):
     def __init__(self, path: str | Path, dtype: str, num_tokens: int, seq_len: int,
                  seed: int | None = None, num_samples: int | None = None):
         if num_tokens < seq_len + 1:
-            raise ValueError(f"seq_len={seq_len} needs at least {seq_len + 1} tokens, but {Path(path).name} has "
+            raise UserError(f"seq_len={seq_len} needs at least {seq_len + 1} tokens, but {Path(path).name} has "
                              f"{num_tokens}; lower seq_len or use a larger corpus")
         self.path, self.dtype, self.num_tokens, self.seq_len = str(path), dtype, num_tokens, seq_len
         self.seed, self._data = seed, None
@@ -460,8 +460,7 @@ class LMDataModule(TextDataModule):
                  num_workers: int = 0, pin_memory: bool = False, cache_dir: str = "data_cache", num_proc: int = 1,
                  seed: int = 1234, val_fraction: float = 0.0005, test_fraction: float = 0.0005,
                  split_seed: int = 0, train_samples_per_epoch: int | None = None):
-        if not 1 <= seq_len <= 65536:
-            raise ValueError(f"seq_len={seq_len} must be in [1, 65536]")
+        check_int("data.seq_len", seq_len, 1, 65536)
         self.vocab_file, self.merges_file = vocab_file, merges_file
         super().__init__(source, data_files, text_field, dataset_config, tokenizer, vocab_size, tokenizer_file,
                          seq_len, batch_size, eval_batch_size, num_workers, pin_memory, cache_dir, num_proc, seed,
@@ -485,7 +484,7 @@ class LMDataModule(TextDataModule):
     def _write(self, out: Path, splits, tok, dtype: np.dtype) -> dict:
         eot = tok.token_to_id(EOT)
         if eot is None:
-            raise ValueError(f"tokenizer {self.tokenizer_kind!r} has no {EOT} token to join documents with")
+            raise UserError(f"tokenizer {self.tokenizer_kind!r} has no {EOT} token to join documents with")
 
         def encode(batch: dict[str, list]) -> dict[str, list]:
             return {"ids": [e.ids + [eot] for e in tok.encode_batch(batch["text"], add_special_tokens=False)]}
