@@ -2,12 +2,13 @@
 
 A ``UserError`` is raised where input enters (config values in the model, data and task
 constructors, CLI arguments, data files); the console scripts print it as ``PROG: error: MESSAGE``
-and exit with status 2 (so does a missing file, FileNotFoundError, whose message names the path).
+and exit with status 2 (so do a missing file and a full disk, whose messages name the path).
 ``HYDRA_FULL_ERROR=1`` or ``--debug`` shows the full traceback instead. Anything else is a bug and
 keeps its traceback.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import math
@@ -16,6 +17,7 @@ import sys
 from typing import Any, Callable
 
 USER_ERROR_EXIT = 2
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 DEBUG_FLAG = "--debug"
 
 # logger target (a substring of its _target_) -> (module it needs, the extra that installs it)
@@ -99,42 +101,62 @@ def _importable(module: str) -> bool:
     return True
 
 
-def find_user_error(exc: BaseException | None) -> Exception | None:
-    """The UserError (or FileNotFoundError) that caused ``exc``: itself, or one in its
-    __cause__/__context__ chain."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (UserError, FileNotFoundError)):
-            return exc
-        seen.add(id(exc))
+def user_message(exc: BaseException | None) -> str | None:
+    """The one-line message for an exception the user can act on, or None for a bug. Looks at
+    ``exc`` and its __cause__/__context__ chain for a UserError, a missing file (FileNotFoundError),
+    a full disk (ENOSPC, EDQUOT) or a Hydra composition error (an unknown key, a bad override)."""
+    from hydra.errors import CompactHydraException
+
+    chain = []
+    while exc is not None and all(exc is not seen for seen in chain):
+        chain.append(exc)
         exc = exc.__cause__ or exc.__context__
+    for err in chain:
+        if isinstance(err, (UserError, FileNotFoundError)):
+            return str(err)
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            return f"{os.strerror(err.errno).lower()} writing {err.filename}"
+    for err in chain:
+        if isinstance(err, CompactHydraException):
+            return " ".join(f"{err} {err.__cause__ or ''}".split())
     return None
 
 
-def debug_requested() -> bool:
-    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+def take_debug_flag(argv: list[str]) -> tuple[list[str], bool]:
+    """argv without ``--debug``, and whether tracebacks are wanted (--debug or HYDRA_FULL_ERROR=1)."""
+    debug = DEBUG_FLAG in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    return [a for a in argv if a != DEBUG_FLAG], debug
 
 
-def take_debug_flag(argv: list[str]) -> list[str]:
-    """Remove ``--debug`` from argv; when present, full tracebacks are shown (HYDRA_FULL_ERROR=1)."""
-    if DEBUG_FLAG in argv:
-        os.environ["HYDRA_FULL_ERROR"] = "1"
-    return [a for a in argv if a != DEBUG_FLAG]
-
-
-def exit_on_user_error(prog: str) -> Callable:
-    """Decorator for an entry point: a UserError becomes ``PROG: error: MESSAGE`` on stderr and
-    exit status 2 (unless debugging); every other exception propagates unchanged."""
+def exit_on_user_error(prog: str, debug: bool) -> Callable:
+    """Decorator for an entry point: an error the user can act on (`user_message`) becomes
+    ``PROG: error: MESSAGE`` on stderr and exit status 2, unless ``debug``; every other exception
+    propagates unchanged."""
     def wrap(fn):
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - filtered below, re-raised otherwise
-                err = find_user_error(exc)
-                if err is None or debug_requested():
+                message = user_message(exc)
+                if message is None or debug:
                     raise
-                print(f"{prog}: error: {err}", file=sys.stderr)
+                print(f"{prog}: error: {message}", file=sys.stderr)
                 sys.exit(USER_ERROR_EXIT)
         return wrapped
     return wrap
+
+
+def run_hydra_app(prog: str, app: Callable[[], Any], debug: bool) -> Any:
+    """Run a ``@hydra.main`` app so that errors Hydra raises itself (composing the config, writing
+    the run folder's .hydra/) reach `exit_on_user_error` too: Hydra otherwise prints them with a
+    traceback of its own. HYDRA_FULL_ERROR is set for the call and restored afterwards."""
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return exit_on_user_error(prog, debug)(app)()
+    finally:
+        if previous is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous

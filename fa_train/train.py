@@ -482,20 +482,22 @@ def main():
     traceback)."""
     import hydra
 
-    from fa_train.errors import check_run_config, exit_on_user_error, take_debug_flag
-    sys.argv = [sys.argv[0], *take_debug_flag(sys.argv[1:])]
-    if "--version" in sys.argv[1:]:
+    from fa_train.errors import check_run_config, exit_on_user_error, run_hydra_app, take_debug_flag
+    argv, debug = take_debug_flag(sys.argv[1:])
+    sys.argv = [sys.argv[0], *argv]
+    if "--version" in argv:
         from fa_train.envreport import print_report
         sys.exit(print_report())
     os.environ.setdefault("FA_TRAIN_ROOT", str(REPO_ROOT))
-    check_group_overrides(sys.argv[1:])
+    check_group_overrides(argv)
 
-    @exit_on_user_error("fa-train")
+    @exit_on_user_error("fa-train", debug)
     def task(cfg):
         check_run_config(cfg)
         return _hydra_task(cfg)
 
-    hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(task)()
+    run_hydra_app("fa-train", hydra.main(config_path=str(CONFIG_DIR), config_name="config",
+                                         version_base="1.3")(task), debug)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,11 @@ CONFIG_CASES = [
      "trainer.max_steps=0 is invalid: expected an integer >= 1"),
     ("global_batch_size-zero", ["global_batch_size=0"],
      "global_batch_size=0 is invalid: expected an integer >= 1"),
+    ("n_layer-not-a-number", ["model.n_layer=abc"],
+     "model.n_layer='abc' is invalid: expected an integer >= 1"),
+    ("unknown-key", ["model.n_layr=3"],
+     "Could not override 'model.n_layr'. To append to your config use +model.n_layr=3 "
+     "Key 'n_layr' is not in struct full_key: model.n_layr object_type=dict"),
 ]
 
 # (case id, file name, file bytes or None for no file, data.source, expected error line)

@@ -385,10 +385,15 @@ class TextDataModule(L.LightningDataModule):
         """Tokenize once (Lightning calls this on one process per machine); later runs reuse the files."""
         out = self.data_dir
         if (out / "meta.json").exists():
-            if self.cache_hit is None:
+            if self.cache_hit is not None:  # checked (or written) earlier in this process
+                return out
+            problem = self._cache_problem(out)
+            if problem is None:
                 self.cache_hit = True
                 info(f"reusing tokenized {self.source} ({self.kind}) in {out}")
-            return out
+                return out
+            info(f"not reusing the token cache in {out}: {problem}; rebuilding it")
+            shutil.rmtree(out)
         self.cache_hit = False
         info(f"preparing {self.source} ({self.kind}): loading text")
         splits = load_text_splits(self.source, self.cache_dir, self.data_files, self.text_field,
@@ -404,6 +409,28 @@ class TextDataModule(L.LightningDataModule):
         shutil.rmtree(out / ".tmp", ignore_errors=True)
         (out / "meta.json").write_text(json.dumps(meta, indent=2))  # written last: marks the cache complete
         return out
+
+    @staticmethod
+    def _cache_problem(out: Path) -> str | None:
+        """Why the token cache in ``out`` cannot be trusted, or None: meta.json and tokenizer.json
+        must parse, each split's token file must hold the number of ids meta.json records, and a
+        sample of those ids must lie inside the vocabulary."""
+        try:
+            meta = json.loads((out / "meta.json").read_text())
+            dtype, vocab = np.dtype(meta["dtype"]), int(meta["vocab_size"])
+            counts = {split: int(meta["num_tokens"][split]) for split in SPLITS}
+            json.loads((out / "tokenizer.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return f"{type(err).__name__}: {err}"
+        for split, n in counts.items():
+            path = out / f"{split}.bin"
+            size = max(n, 1) * dtype.itemsize
+            if not path.is_file() or path.stat().st_size != size:
+                return f"{path.name} is not the {size} bytes meta.json records"
+            ids = np.memmap(path, dtype=dtype, mode="r")[:n]
+            if n and int(ids[::max(1, n // 65536)].max()) >= vocab:
+                return f"{path.name} holds ids outside the vocabulary ({vocab})"
+        return None
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
