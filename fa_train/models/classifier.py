@@ -89,8 +89,9 @@ class SequenceClassifier(nn.Module):
         check_choice("model.input_type", cfg.input_type, ("token", "pixel"))
         check_choice("model.pos_emb", cfg.pos_emb, ("learned", "sinusoidal", "none"))
         check_model_shape(cfg.n_layer, cfg.n_head, cfg.d_model, d_ff=cfg.d_ff,
-                          vocab_size=cfg.vocab_size, max_seq_len=cfg.max_seq_len)
-        check_int("model.num_classes", cfg.num_classes)
+                          max_seq_len=cfg.max_seq_len, num_classes=cfg.num_classes)
+        if cfg.input_type == "token":
+            check_int("model.vocab_size", cfg.vocab_size)
         for key in ("dropout", "attn_dropout"):
             check_float(f"model.{key}", getattr(cfg, key), 0.0, 1.0, high_open=True)
         self.config = cfg

@@ -134,7 +134,7 @@ def test_seq_len_longer_than_a_split_is_a_clear_error(prepared, tiny_corpus):
     too_long = dm.num_tokens["validation"]
     with pytest.raises(ValueError, match=rf"seq_len={too_long} needs at least {too_long + 1} tokens"):
         _dm(tiny_corpus, cache, seq_len=too_long).setup()
-    with pytest.raises(ValueError, match="seq_len=70000 must be in"):
+    with pytest.raises(ValueError, match=r"data.seq_len=70000 is invalid: expected an integer in \[1, 65536\]"):
         _dm(tiny_corpus, cache, seq_len=70000)
 
 
