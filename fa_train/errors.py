@@ -63,7 +63,7 @@ def check_model_shape(n_layer: int, n_head: int, d_model: int, **dims: int) -> N
     for key, value in {"n_layer": n_layer, "n_head": n_head, "d_model": d_model, **dims}.items():
         check_int(f"model.{key}", value)
     if d_model % n_head:
-        raise UserError(f"model.d_model={d_model} is invalid: expected a multiple of "
+        raise UserError(f"model.d_model={d_model} is invalid: expected a value divisible by "
                         f"model.n_head={n_head}")
 
 

@@ -33,7 +33,7 @@ CONFIG_CASES = [
     ("n_layer-zero", ["model.n_layer=0"], "model.n_layer=0 is invalid: expected an integer >= 1"),
     ("n_head-zero", ["model.n_head=0"], "model.n_head=0 is invalid: expected an integer >= 1"),
     ("d_model-not-multiple", ["model.n_head=3"],
-     "model.d_model=32 is invalid: expected a multiple of model.n_head=3"),
+     "model.d_model=32 is invalid: expected a value divisible by model.n_head=3"),
     ("dropout-above-one", ["model.dropout=1.5"],
      "model.dropout=1.5 is invalid: expected a number in [0, 1)"),
     ("loss_impl-unknown", ["model.loss_impl=magic"],
