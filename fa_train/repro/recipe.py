@@ -50,7 +50,6 @@ RUN_KEYS = {"name", "kind", "experiment", "overrides", "subcommand", "args", "la
 PAPER_REQUIRED = ("source", "label", "hardware", "tables")
 
 
-
 def recipes_dir() -> Path:
     """The recipes folder: $FA_RECIPES_DIR, else ./recipes, else the one beside this package."""
     env = os.environ.get("FA_RECIPES_DIR")
