@@ -23,10 +23,11 @@ import sys
 import warnings
 from pathlib import Path
 
+from fa_train.resources import config_dir, project_root
 from fa_train.utils.run_dir import register_resolver
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"
+REPO_ROOT = project_root()
+CONFIG_DIR = config_dir()
 PRECISION_ALIASES = {"fp16-mixed": "16-mixed", "fp16": "16-mixed", "bf16": "bf16-mixed",
                      "fp32": "32-true", "32": "32-true", 32: "32-true", 16: "16-mixed"}
 register_resolver()
@@ -226,11 +227,27 @@ def check_group_overrides(argv) -> None:
 
 
 def main():
-    """Console script ``fa-train``: Hydra over the repository's configs/, from any cwd."""
+    """Console script ``fa-train``: Hydra over the package's configs/, from any cwd.
+    ``--version`` prints the environment report; a user error prints one line (``--debug``: the
+    traceback)."""
     import hydra
+
+    from fa_train.errors import check_run_config, exit_on_user_error, run_hydra_app, take_debug_flag
+    argv, debug = take_debug_flag(sys.argv[1:])
+    sys.argv = [sys.argv[0], *argv]
+    if "--version" in argv:
+        from fa_train.envreport import print_report
+        sys.exit(print_report())
     os.environ.setdefault("FA_TRAIN_ROOT", str(REPO_ROOT))
-    check_group_overrides(sys.argv[1:])
-    hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_hydra_task)()
+    check_group_overrides(argv)
+
+    @exit_on_user_error("fa-train", debug)
+    def task(cfg):
+        check_run_config(cfg)
+        return _hydra_task(cfg)
+
+    run_hydra_app("fa-train", hydra.main(config_path=str(CONFIG_DIR), config_name="config",
+                                         version_base="1.3")(task), debug)
 
 
 if __name__ == "__main__":

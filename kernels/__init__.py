@@ -1,4 +1,5 @@
 """Triton FlashAttention kernels (dense and block-sparse) and their float64 ground truth."""
+__fa_train_kernels__ = True  # marks this package as fa-train's (fa_train.check_kernels_package)
 from kernels.flash_attn import (
     dropout_mask,
     flash_attn_forward,

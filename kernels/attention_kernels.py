@@ -602,7 +602,7 @@ def bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_
              + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k"])  # a length of 1 stays a runtime int32
 def dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, SEED,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     seed = tl.load(SEED)
@@ -612,5 +612,6 @@ def dropout_mask_kernel(MASK, seqlen_q, seqlen_k, dropout_p, SEED,
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = start_n + tl.arange(0, BLOCK_N)
     keep = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, BLOCK_M, BLOCK_N)
-    ptrs = MASK + bh * seqlen_q * seqlen_k + rows[:, None] * seqlen_k + cols[None, :]
+    head = MASK + bh.to(tl.int64) * seqlen_q * seqlen_k  # masks past 2^31 elements in all
+    ptrs = head + rows[:, None].to(tl.int64) * seqlen_k + cols[None, :]
     tl.store(ptrs, keep.to(tl.int8), mask=(rows[:, None] < seqlen_q) & (cols[None, :] < seqlen_k))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fa_train.errors import is_oom  # noqa: F401 - the benchmarks import it from here
 from fa_train.utils.provenance import git_commit
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -66,10 +67,6 @@ def free_memory(device):
     if torch.device(device).type == "cuda":
         gc.collect()
         torch.cuda.empty_cache()
-
-
-def is_oom(exc):
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 def short_reason(exc, limit=300):

@@ -25,7 +25,7 @@ import lightning as L
 from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.history import LossHistory
 from fa_train.callbacks.perf import PerfMonitor
-from fa_train.utils.errors import is_oom
+from fa_train.errors import is_oom
 from fa_train.utils.provenance import git_commit
 
 SUMMARY_KEYS = ["status", "global_step", "loss_start", "loss_end", "val/loss", "val/ppl",

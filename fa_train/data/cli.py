@@ -19,7 +19,13 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fa_train.errors import check_int
+
 console = Console()
+
+# the smallest valid value of each integer option, in whichever subcommand has it
+INT_OPTION_MINIMUMS = {"n": 1, "n_train": 1, "n_val": 1, "n_test": 1, "workers": 1, "num_proc": 1,
+                       "seq_len": 1, "montage_n": 1, "num_distractors": 0}
 
 
 def _stages():
@@ -108,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_int_options(args: argparse.Namespace) -> None:
+    """Integer options within their range before anything is written (UserError naming the option)."""
+    for dest, low in INT_OPTION_MINIMUMS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            check_int(f"--{dest.replace('_', '-')}", value, low=low)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -116,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "cache_dir"):
         args.cache_dir = str(Path(args.cache_dir).expanduser())
     try:
+        check_int_options(args)
         return int(args.func(args) or 0)
     except (RuntimeError, ValueError, FileNotFoundError) as err:
         console.print(f"[red]fa-data {args.command}: {err}[/red]")

@@ -25,6 +25,7 @@ Exact resume: the train window of sample ``j`` in epoch ``e`` is a pure function
 """
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import logging
@@ -41,6 +42,7 @@ from torch.utils.data import DataLoader, Dataset
 from fa_train.data.spec import DataSpec
 from fa_train.data.tokenizer import EOT, build_tokenizer
 from fa_train.utils.resumable import EpochSampler, train_loader  # noqa: F401 - EpochSampler re-exported
+from fa_train.errors import UserError, check_int, check_loader_config
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
@@ -56,17 +58,35 @@ def info(msg: str) -> None:
 
 
 # ----------------------------------------------------------------------------- sources
-def _files_identity(data_files: Any) -> Any:
-    """data_files with absolute paths, sizes and mtimes (so edited files invalidate the cache)."""
+def check_data_file(path: Path, fmt: str | None = None) -> None:
+    """A user's data file as it enters: present, not empty, and (for the text formats) UTF-8 text."""
+    if not path.is_file():
+        raise UserError(f"data file {path}: not found")
+    if path.stat().st_size == 0:
+        raise UserError(f"data file {path}: is empty")
+    if fmt in ("text", "json", "csv"):
+        with path.open("rb") as f:
+            head = f.read(1 << 16)
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        except UnicodeDecodeError as err:
+            raise UserError(f"data file {path}: not UTF-8 text (undecodable byte at offset "
+                            f"{err.start}); expected a {fmt} file") from None
+        if b"\x00" in head:
+            raise UserError(f"data file {path}: contains NUL bytes (binary?); expected a {fmt} file")
+
+
+def _files_identity(data_files: Any, fmt: str | None = None) -> Any:
+    """data_files with absolute paths, sizes and mtimes (so edited files invalidate the cache);
+    each file is checked on the way (`check_data_file`)."""
     if isinstance(data_files, dict):
-        return {k: _files_identity(v) for k, v in sorted(data_files.items())}
+        return {k: _files_identity(v, fmt) for k, v in sorted(data_files.items())}
     if isinstance(data_files, (list, tuple)):
-        return [_files_identity(v) for v in data_files]
+        return [_files_identity(v, fmt) for v in data_files]
     p = Path(str(data_files)).expanduser()
-    if not p.exists():
-        if any(c in str(data_files) for c in "*?["):
-            return str(p.absolute())
-        raise FileNotFoundError(f"data_files: {str(data_files)!r} does not exist")
+    if not p.exists() and any(c in str(data_files) for c in "*?["):
+        return str(p.absolute())
+    check_data_file(p, fmt)
     st = p.stat()
     return [str(p.resolve()), st.st_size, int(st.st_mtime)]
 
@@ -75,8 +95,9 @@ def source_identity(source: str, data_files: Any = None, text_field: str = "text
                     val_fraction: float = 0.0005, test_fraction: float = 0.0005, split_seed: int = 0) -> dict:
     """What determines the raw text of each split (for cache keys); validates the arguments."""
     if source in FILE_FORMATS and not data_files:
-        raise ValueError(f"data_files is required for source={source!r} (a path, a list of paths or {{split: path}})")
-    ident = {"source": source, "data_files": _files_identity(data_files) if data_files else None,
+        raise UserError(f"data.data_files is required for data.source={source!r} "
+                        "(a path, a list of paths or {split: path})")
+    ident = {"source": source, "data_files": _files_identity(data_files, source) if data_files else None,
              "text_field": text_field, "dataset_config": dataset_config}
     if source == "python-docs":
         from fa_train.data.corpus import FRACTIONS
@@ -84,6 +105,20 @@ def source_identity(source: str, data_files: Any = None, text_field: str = "text
     if isinstance(data_files, dict) and {"validation", "test"} <= {_SPLIT_ALIASES.get(k, k) for k in data_files}:
         return ident  # nothing is split off train
     return {**ident, "val_fraction": val_fraction, "test_fraction": test_fraction, "split_seed": split_seed}
+
+
+def _listing(files: Any) -> str:
+    """The file names of a data_files value, comma-separated."""
+    if isinstance(files, dict):
+        return ", ".join(_listing(v) for v in files.values())
+    return ", ".join(map(str, files)) if isinstance(files, (list, tuple)) else str(files)
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause of a chained exception, as 'Type: first line'."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
 
 
 def digest(obj: Any, n: int = 12) -> str:
@@ -103,12 +138,16 @@ def load_text_splits(source: str, cache_dir: str | Path, data_files: Any = None,
         dd = datasets.load_dataset("json", data_files=files, cache_dir=hf_cache)
     elif source in FILE_FORMATS:
         if not data_files:
-            raise ValueError(f"data_files is required for source={source!r}")
+            raise UserError(f"data.data_files is required for data.source={source!r}")
         if not isinstance(data_files, dict):
             data_files = {"train": data_files}
         data_files = {k: [str(Path(str(f)).expanduser()) for f in ([v] if isinstance(v, (str, Path)) else v)]
                       for k, v in data_files.items()}
-        dd = datasets.load_dataset(source, data_files=data_files, cache_dir=hf_cache)
+        try:
+            dd = datasets.load_dataset(source, data_files=data_files, cache_dir=hf_cache)
+        except Exception as e:  # noqa: BLE001 - any parser failure is the file's problem
+            raise UserError(f"data files {_listing(data_files)}: unreadable as {source} "
+                            f"({_root_cause(e)})") from e
     else:
         try:
             dd = datasets.load_dataset(source, dataset_config, cache_dir=hf_cache)
@@ -118,11 +157,12 @@ def load_text_splits(source: str, cache_dir: str | Path, data_files: Any = None,
                                "(source=text|json|parquet data_files=...).") from e
     dd = datasets.DatasetDict({_SPLIT_ALIASES.get(k, k): v for k, v in dd.items()})
     if "train" not in dd:
-        raise ValueError(f"source {source!r} has no train split (splits: {sorted(dd)})")
+        raise UserError(f"data.source={source!r} has no train split (splits: {sorted(dd)})")
     for name, ds in dd.items():
         if text_field not in ds.column_names:
-            raise ValueError(f"text_field={text_field!r} is not a column of {source!r}[{name}]; "
-                             f"columns: {ds.column_names}")
+            where = _listing(data_files.get(name, data_files)) if isinstance(data_files, dict) else repr(source)
+            raise UserError(f"data files {where}: no field data.text_field={text_field!r} in split "
+                            f"{name} (fields: {', '.join(ds.column_names)})")
     dd = datasets.DatasetDict({k: v.select_columns([text_field]).rename_columns({text_field: "text"})
                                if text_field != "text" else v.select_columns(["text"]) for k, v in dd.items()})
     missing = [s for s in ("validation", "test") if s not in dd]
@@ -131,7 +171,8 @@ def load_text_splits(source: str, cache_dir: str | Path, data_files: Any = None,
         n = len(train)
         sizes = {s: max(1, round(n * (val_fraction if s == "validation" else test_fraction))) for s in missing}
         if n - sum(sizes.values()) < 1:
-            raise ValueError(f"source {source!r} has {n} training documents, too few to split off {missing}")
+            raise UserError(f"data.source={source!r} has {n} training documents, too few to split off "
+                            f"{' and '.join(missing)}")
         parts = train.train_test_split(test_size=sum(sizes.values()), seed=split_seed, shuffle=True)
         dd["train"], held = parts["train"], parts["test"]
         if len(missing) == 2:
@@ -185,7 +226,7 @@ class TokenWindows(Dataset):
     def __init__(self, path: str | Path, dtype: str, num_tokens: int, seq_len: int,
                  seed: int | None = None, num_samples: int | None = None):
         if num_tokens < seq_len + 1:
-            raise ValueError(f"seq_len={seq_len} needs at least {seq_len + 1} tokens, but {Path(path).name} has "
+            raise UserError(f"seq_len={seq_len} needs at least {seq_len + 1} tokens, but {Path(path).name} has "
                              f"{num_tokens}; lower seq_len or use a larger corpus")
         self.path, self.dtype, self.num_tokens, self.seq_len = str(path), dtype, num_tokens, seq_len
         self.seed, self._data = seed, None
@@ -239,6 +280,8 @@ class TextDataModule(L.LightningDataModule):
                  eval_batch_size: int | None, num_workers: int, pin_memory: bool, cache_dir: str, num_proc: int,
                  seed: int, val_fraction: float, test_fraction: float, split_seed: int):
         super().__init__()
+        check_loader_config(batch_size, eval_batch_size, num_workers)
+        check_int("data.seq_len", seq_len)
         self.source, self.data_files, self.text_field = source, _plain(data_files), text_field
         self.dataset_config, self.tokenizer_kind = dataset_config, tokenizer
         self.requested_vocab_size, self.tokenizer_file = vocab_size, tokenizer_file
@@ -276,10 +319,15 @@ class TextDataModule(L.LightningDataModule):
         """Tokenize once (Lightning calls this on one process per machine); later runs reuse the files."""
         out = self.data_dir
         if (out / "meta.json").exists():
-            if self.cache_hit is None:
+            if self.cache_hit is not None:  # checked (or written) earlier in this process
+                return out
+            problem = self._cache_problem(out)
+            if problem is None:
                 self.cache_hit = True
                 info(f"reusing tokenized {self.source} ({self.kind}) in {out}")
-            return out
+                return out
+            info(f"not reusing the token cache in {out}: {problem}; rebuilding it")
+            shutil.rmtree(out)
         self.cache_hit = False
         info(f"preparing {self.source} ({self.kind}): loading text")
         splits = load_text_splits(self.source, self.cache_dir, self.data_files, self.text_field,
@@ -295,6 +343,28 @@ class TextDataModule(L.LightningDataModule):
         shutil.rmtree(out / ".tmp", ignore_errors=True)
         (out / "meta.json").write_text(json.dumps(meta, indent=2))  # written last: marks the cache complete
         return out
+
+    @staticmethod
+    def _cache_problem(out: Path) -> str | None:
+        """Why the token cache in ``out`` cannot be trusted, or None: meta.json and tokenizer.json
+        must parse, each split's token file must hold the number of ids meta.json records, and a
+        sample of those ids must lie inside the vocabulary."""
+        try:
+            meta = json.loads((out / "meta.json").read_text())
+            dtype, vocab = np.dtype(meta["dtype"]), int(meta["vocab_size"])
+            counts = {split: int(meta["num_tokens"][split]) for split in SPLITS}
+            json.loads((out / "tokenizer.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return f"{type(err).__name__}: {err}"
+        for split, n in counts.items():
+            path = out / f"{split}.bin"
+            size = max(n, 1) * dtype.itemsize
+            if not path.is_file() or path.stat().st_size != size:
+                return f"{path.name} is not the {size} bytes meta.json records"
+            ids = np.memmap(path, dtype=dtype, mode="r")[:n]
+            if n and int(ids[::max(1, n // 65536)].max()) >= vocab:
+                return f"{path.name} holds ids outside the vocabulary ({vocab})"
+        return None
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -355,8 +425,7 @@ class LMDataModule(TextDataModule):
                  num_workers: int = 0, pin_memory: bool = False, cache_dir: str = "data_cache", num_proc: int = 1,
                  seed: int = 1234, val_fraction: float = 0.0005, test_fraction: float = 0.0005,
                  split_seed: int = 0, train_samples_per_epoch: int | None = None):
-        if not 1 <= seq_len <= 65536:
-            raise ValueError(f"seq_len={seq_len} must be in [1, 65536]")
+        check_int("data.seq_len", seq_len, 1, 65536)
         self.vocab_file, self.merges_file = vocab_file, merges_file
         super().__init__(source, data_files, text_field, dataset_config, tokenizer, vocab_size, tokenizer_file,
                          seq_len, batch_size, eval_batch_size, num_workers, pin_memory, cache_dir, num_proc, seed,
@@ -380,7 +449,7 @@ class LMDataModule(TextDataModule):
     def _write(self, out: Path, splits, tok, dtype: np.dtype) -> dict:
         eot = tok.token_to_id(EOT)
         if eot is None:
-            raise ValueError(f"tokenizer {self.tokenizer_kind!r} has no {EOT} token to join documents with")
+            raise UserError(f"tokenizer {self.tokenizer_kind!r} has no {EOT} token to join documents with")
 
         def encode(batch: dict[str, list]) -> dict[str, list]:
             return {"ids": [e.ids + [eot] for e in tok.encode_batch(batch["text"], add_special_tokens=False)]}

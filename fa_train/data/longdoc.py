@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 
 from fa_train.data.lra.base import MapDataset, SequenceClassificationDataModule, take
 from fa_train.data.lra.text import BYTE_VOCAB_SIZE, encode_bytes
+from fa_train.errors import UserError
 
 SPLIT_NAMES = {"train": ("train",), "val": ("validation", "val", "dev"), "test": ("test",)}
 LAYOUT = ("{train,validation,test}.jsonl, one object per line with 'text' (string or list of "
@@ -50,14 +51,14 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[str], list[list[Any]]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{k}: not valid JSON ({e.msg}); expected {LAYOUT}") from None
+                raise UserError(f"{path}:{k}: not valid JSON ({e.msg}); expected {LAYOUT}") from None
             if "text" not in obj:
-                raise ValueError(f"{path}:{k}: no 'text' field; expected {LAYOUT}")
+                raise UserError(f"{path}:{k}: no 'text' field; expected {LAYOUT}")
             text = obj["text"]
             texts.append("\n".join(map(str, text)) if isinstance(text, list) else str(text))
             lab = obj.get("labels", obj.get("label"))
             if lab is None:
-                raise ValueError(f"{path}:{k}: no 'labels' field; expected {LAYOUT}")
+                raise UserError(f"{path}:{k}: no 'labels' field; expected {LAYOUT}")
             labels.append(list(lab) if isinstance(lab, (list, tuple)) else [lab])
     return texts, labels
 
@@ -123,7 +124,7 @@ class LongDocDataModule(SequenceClassificationDataModule):
                  num_workers: int = 0, seed: int = 0, **kw):
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, **kw)
         if not 0 < int(max_length) <= MAX_SUPPORTED_LENGTH:
-            raise ValueError(f"max_length {max_length} is not supported; use 1..{MAX_SUPPORTED_LENGTH}")
+            raise UserError(f"max_length {max_length} is not supported; use 1..{MAX_SUPPORTED_LENGTH}")
         self.data_dir, self.max_length, self.tokenizer = data_dir, int(max_length), tokenizer
         self.label_names = list(label_names) if label_names is not None else None
         self.n = (n_train, n_val, n_test)

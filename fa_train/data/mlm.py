@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 from fa_train.data.lm import SPLITS, TextDataModule, _files_identity, info, iter_texts, write_memmap
 from fa_train.data.spec import DataSpec
 from fa_train.data.tokenizer import BERT_SPECIALS, build_tokenizer
+from fa_train.errors import UserError
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -206,9 +207,9 @@ class MLMDataModule(TextDataModule):
                  split_seed: int = 0, max_seq_len: int | None = None):
         seq_len = max_seq_len or seq_len
         if tokenizer not in ("wordpiece", "file"):
-            raise ValueError(f"tokenizer={tokenizer!r}: MLM needs BERT's special tokens; use wordpiece or file")
+            raise UserError(f"tokenizer={tokenizer!r}: MLM needs BERT's special tokens; use wordpiece or file")
         if seq_len < 8:
-            raise ValueError(f"seq_len={seq_len} is too short for sentence pairs; use at least 8")
+            raise UserError(f"seq_len={seq_len} is too short for sentence pairs; use at least 8")
         self.lowercase = lowercase
         super().__init__(source, data_files, text_field, dataset_config, tokenizer, vocab_size, tokenizer_file,
                          seq_len, batch_size, eval_batch_size, num_workers, pin_memory, cache_dir, num_proc, seed,
@@ -229,7 +230,7 @@ class MLMDataModule(TextDataModule):
                               lowercase=self.lowercase)
         missing = [t for t in BERT_SPECIALS if tok.token_to_id(t) is None]
         if missing:
-            raise ValueError(f"the tokenizer lacks BERT's special tokens {missing}")
+            raise UserError(f"the tokenizer lacks BERT's special tokens {missing}")
         return tok
 
     def _write(self, out: Path, splits, tok, dtype: np.dtype) -> dict:

@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fa_train.attention import build_attention, pad_input, unpad_input
+from fa_train.errors import check_choice, check_float, check_model_shape
 from fa_train.models.encoder import Encoder, encoder_flops_shape, init_bert_weights
 
 BERT_PRESETS = {
@@ -47,10 +48,13 @@ class BertForPreTraining(nn.Module):
     def __init__(self, config: BertConfig | None = None, preset: str | None = None, **kwargs):
         super().__init__()
         if preset is not None:
-            if preset not in BERT_PRESETS:
-                raise ValueError(f"unknown BERT preset {preset!r}; valid: {sorted(BERT_PRESETS)}")
-            kwargs = {**BERT_PRESETS[preset], **kwargs}
+            kwargs = {**BERT_PRESETS[check_choice("model.preset", preset, sorted(BERT_PRESETS))],
+                      **kwargs}
         cfg = config or BertConfig(**kwargs)
+        check_model_shape(cfg.n_layer, cfg.n_head, cfg.d_model, d_ff=cfg.d_ff,
+                          vocab_size=cfg.vocab_size, max_seq_len=cfg.max_seq_len)
+        for key in ("dropout", "attn_dropout"):
+            check_float(f"model.{key}", getattr(cfg, key), 0.0, 1.0, high_open=True)
         self.config = cfg
         self.attention = build_attention(cfg.attention)
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)

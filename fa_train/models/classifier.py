@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fa_train.attention import build_attention
+from fa_train.errors import check_choice, check_float, check_int, check_model_shape
 from fa_train.models.encoder import Encoder, encoder_flops_shape, init_bert_weights
 
 
@@ -88,12 +89,15 @@ class SequenceClassifier(nn.Module):
     def __init__(self, config: ClassifierConfig | None = None, **kwargs):
         super().__init__()
         cfg = config or ClassifierConfig(**kwargs)
-        if cfg.pool not in ("cls", "mean"):
-            raise ValueError(f"pool must be 'cls' or 'mean', got {cfg.pool!r}")
-        if cfg.input_type not in ("token", "pixel"):
-            raise ValueError(f"input_type must be 'token' or 'pixel', got {cfg.input_type!r}")
-        if cfg.pos_emb not in ("learned", "sinusoidal", "none"):
-            raise ValueError(f"pos_emb must be learned|sinusoidal|none, got {cfg.pos_emb!r}")
+        check_choice("model.pool", cfg.pool, ("cls", "mean"))
+        check_choice("model.input_type", cfg.input_type, ("token", "pixel"))
+        check_choice("model.pos_emb", cfg.pos_emb, ("learned", "sinusoidal", "none"))
+        check_model_shape(cfg.n_layer, cfg.n_head, cfg.d_model, d_ff=cfg.d_ff,
+                          max_seq_len=cfg.max_seq_len, num_classes=cfg.num_classes)
+        if cfg.input_type == "token":
+            check_int("model.vocab_size", cfg.vocab_size)
+        for key in ("dropout", "attn_dropout"):
+            check_float(f"model.{key}", getattr(cfg, key), 0.0, 1.0, high_open=True)
         self.config = cfg
         d = cfg.d_model
         self.attention = build_attention(cfg.attention)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from fa_train.attention import build_attention
+from fa_train.errors import check_choice, check_float, check_int, check_model_shape
 
 LOSS_IMPLS = ("auto", "fused", "torch")
 
@@ -44,7 +45,6 @@ class GPTConfig:
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig, attention):
         super().__init__()
-        assert cfg.d_model % cfg.n_head == 0, "d_model must be divisible by n_head"
         self.n_head = cfg.n_head
         self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
@@ -90,16 +90,15 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig | None = None, preset: str | None = None, **kwargs):
         super().__init__()
         if preset is not None:
-            if preset not in GPT2_PRESETS:
-                raise ValueError(f"unknown GPT preset {preset!r}; valid: {sorted(GPT2_PRESETS)}")
-            kwargs = {**GPT2_PRESETS[preset], **kwargs}
+            kwargs = {**GPT2_PRESETS[check_choice("model.preset", preset, sorted(GPT2_PRESETS))],
+                      **kwargs}
         cfg = config or GPTConfig(**kwargs)
+        check_model_shape(cfg.n_layer, cfg.n_head, cfg.d_model, vocab_size=cfg.vocab_size,
+                          vocab_multiple=cfg.vocab_multiple, max_seq_len=cfg.max_seq_len)
+        check_float("model.dropout", cfg.dropout, 0.0, 1.0, high_open=True)
+        check_choice("model.loss_impl", cfg.loss_impl, LOSS_IMPLS)
         self.config = cfg
         self.attention = build_attention(cfg.attention)
-        if cfg.loss_impl not in LOSS_IMPLS:
-            raise ValueError(f"loss_impl must be one of {LOSS_IMPLS}, got {cfg.loss_impl!r}")
-        if cfg.vocab_multiple < 1:
-            raise ValueError(f"vocab_multiple must be >= 1, got {cfg.vocab_multiple}")
         padded_vocab = -(-cfg.vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
         self.wte = nn.Embedding(padded_vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)

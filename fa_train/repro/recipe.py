@@ -38,6 +38,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from fa_train.resources import config_dir, recipe_dir
+
 SCALES = ("smoke", "gpu", "full")
 RUN_KINDS = ("train", "bench")
 BENCH_SUBCOMMANDS = ("attention", "blocksparse", "blocksize", "io")
@@ -47,8 +49,6 @@ SCALE_KEYS = {"hardware", "measures", "runs", "train_overrides", "bench_args", "
 RUN_KEYS = {"name", "kind", "experiment", "overrides", "subcommand", "args", "labels", "timeout_s"}
 PAPER_REQUIRED = ("source", "label", "hardware", "tables")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def recipes_dir() -> Path:
     """The recipes folder: $FA_RECIPES_DIR, else ./recipes, else the one beside this package."""
@@ -56,12 +56,12 @@ def recipes_dir() -> Path:
     if env:
         return Path(env)
     cwd = Path.cwd() / "recipes"
-    return cwd if cwd.is_dir() else REPO_ROOT / "recipes"
+    return cwd if cwd.is_dir() else recipe_dir()
 
 
 def experiments_dir() -> Path:
     cwd = Path.cwd() / "configs" / "experiment"
-    return cwd if cwd.is_dir() else REPO_ROOT / "configs" / "experiment"
+    return cwd if cwd.is_dir() else config_dir() / "experiment"
 
 
 class RecipeError(ValueError):

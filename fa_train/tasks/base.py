@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import lightning as L
 import torch
 
-from fa_train.tasks.optim import build_optimizer, lr_multiplier
+from fa_train.tasks.optim import build_optimizer, check_optim_config, lr_multiplier
 
 
 def _plain(x):
@@ -50,6 +50,7 @@ class TaskModule(L.LightningModule):
         self.model = model
         self.optimizer_cfg = _plain(optimizer) or {"name": "adamw", "lr": 1e-3}
         self.scheduler_cfg = _plain(scheduler) or {"name": "none"}
+        check_optim_config(self.optimizer_cfg, self.scheduler_cfg)
         check_compile_mode(compile_mode)
         self.compile = bool(compile)
         self.compile_mode = compile_mode

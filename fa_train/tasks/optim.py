@@ -11,9 +11,11 @@ Schedules are multipliers of ``optimizer.lr`` stepped every optimizer step:
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
+
+from fa_train.errors import check_choice, check_float, check_int
 
 SCHEDULES = ("cosine", "linear", "constant", "rsqrt", "none")
 OPTIMIZERS = ("adamw", "adam", "lamb")
@@ -97,6 +99,23 @@ class Lamb(torch.optim.Optimizer):
         trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
         torch._foreach_mul_(update, list(trust.unbind()))
         torch._foreach_add_(params, update, alpha=-group["lr"])
+
+
+def check_optim_config(optimizer: Mapping, scheduler: Mapping) -> None:
+    """task.optimizer and task.scheduler as configured: known names, lr > 0, betas in [0, 1), ..."""
+    check_choice("task.optimizer.name", optimizer.get("name", "adamw"), OPTIMIZERS)
+    check_float("task.optimizer.lr", optimizer.get("lr", 1e-3), 0.0, low_open=True)
+    for i, beta in enumerate(optimizer.get("betas") or ()):
+        check_float(f"task.optimizer.betas[{i}]", beta, 0.0, 1.0, high_open=True)
+    if optimizer.get("eps") is not None:
+        check_float("task.optimizer.eps", optimizer["eps"], 0.0, low_open=True)
+    if optimizer.get("weight_decay") is not None:
+        check_float("task.optimizer.weight_decay", optimizer["weight_decay"], 0.0)
+    check_choice("task.scheduler.name", scheduler.get("name", "none"), SCHEDULES)
+    if scheduler.get("warmup_steps") is not None:
+        check_int("task.scheduler.warmup_steps", scheduler["warmup_steps"], low=0)
+    if scheduler.get("min_lr_ratio") is not None:
+        check_float("task.scheduler.min_lr_ratio", scheduler["min_lr_ratio"], 0.0, 1.0)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from fa_train.data.spec import DataSpec
 from fa_train.utils.resumable import train_loader
+from fa_train.errors import check_loader_config
 
 
 class MapDataset(Dataset):
@@ -76,6 +77,7 @@ class SequenceClassificationDataModule(L.LightningDataModule):
                  eval_batch_size: int | None = None, pin_memory: bool = False,
                  drop_last: bool = False):
         super().__init__()
+        check_loader_config(batch_size, eval_batch_size, num_workers)
         self.batch_size = int(batch_size)
         self.eval_batch_size = int(eval_batch_size or batch_size)
         self.num_workers = int(num_workers)

@@ -21,6 +21,7 @@ from fa_train.data.lra import pathfinder as pf
 from fa_train.data.lra import retrieval as retrieval_mod
 from fa_train.data.lra import text as text_mod
 from fa_train.data.lra.base import MapDataset, SequenceClassificationDataModule, take
+from fa_train.errors import UserError
 
 DEFAULT_CACHE = ".cache/fa_train"
 
@@ -152,7 +153,7 @@ class PathfinderDataModule(SequenceClassificationDataModule):
             src = pf.PathfinderImages(self._generated_dir(), self.resolution, self.params.contour_length)
             parts = pf.split_indices(len(src), self.split_seed, counts=self._gen_counts())
         if src.resolution != self.resolution:
-            raise ValueError(f"resolution {self.resolution} was asked for but the images in "
+            raise UserError(f"resolution {self.resolution} was asked for but the images in "
                              f"{src.dir} are {src.resolution}x{src.resolution}")
         self.source = src
         self.vocab_size, self.seq_len, self.num_classes = 256, self.resolution ** 2, 2

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fa_train.errors import UserError
+
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_FILE = "test_batch"
 LAYOUT = "cifar-10-batches-py/{data_batch_1..5,test_batch} (the CIFAR-10 python version)"
@@ -25,7 +27,7 @@ def _read_batch(f: Path) -> tuple[np.ndarray, np.ndarray]:
     data = d.get(b"data", d.get("data"))
     labels = d.get(b"labels", d.get("labels"))
     if data is None or labels is None:
-        raise ValueError(f"{f} is not a CIFAR-10 python batch (no 'data'/'labels' keys)")
+        raise UserError(f"{f} is not a CIFAR-10 python batch (no 'data'/'labels' keys)")
     return np.asarray(data, np.uint8).reshape(-1, 3, 32, 32), np.asarray(labels, np.int64)
 
 

@@ -18,6 +18,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from fa_train.errors import UserError
+
 MIN, MAX, MED, SM, END = "[MIN", "[MAX", "[MED", "[SM", "]"
 OPERATORS = (MIN, MAX, MED, SM)
 MAX_DEPTH = 10
@@ -199,14 +201,14 @@ def read_tsv(path: str | os.PathLike) -> list[tuple[str, int]]:
     with open(path, newline="") as f:
         header = f.readline().rstrip("\n").split("\t")
         if [h.strip() for h in header[:2]] != ["Source", "Target"]:
-            raise ValueError(f"{path}: first line {header!r} is not the LRA header 'Source\\tTarget'")
+            raise UserError(f"{path}: first line {header!r} is not the LRA header 'Source\\tTarget'")
         for k, line in enumerate(f, start=2):
             line = line.rstrip("\n")
             if not line:
                 continue
             parts = line.split("\t")
             if len(parts) < 2:
-                raise ValueError(f"{path}:{k}: expected 'source<TAB>target', got {line[:80]!r}")
+                raise UserError(f"{path}:{k}: expected 'source<TAB>target', got {line[:80]!r}")
             rows.append((parts[0], int(float(parts[1]))))
     return rows
 

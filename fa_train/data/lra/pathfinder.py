@@ -32,6 +32,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from fa_train.errors import UserError
+
 DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}
 RESOLUTIONS = (32, 64, 128, 256)
 
@@ -85,9 +87,9 @@ def pathfinder_params(resolution: int, difficulty: str = "hard",
     """The parameter set for `resolution` (32, 64, 128, 256) and `difficulty`
     (easy, intermediate, hard = contour length 6, 9, 14)."""
     if resolution not in PRESETS:
-        raise ValueError(f"resolution {resolution} is not supported; use one of {list(PRESETS)}")
+        raise UserError(f"resolution {resolution} is not supported; use one of {list(PRESETS)}")
     if difficulty not in DIFFICULTIES:
-        raise ValueError(f"difficulty {difficulty!r} is not supported; use one of {list(DIFFICULTIES)}")
+        raise UserError(f"difficulty {difficulty!r} is not supported; use one of {list(DIFFICULTIES)}")
     return dataclasses.replace(PRESETS[resolution], contour_length=DIFFICULTIES[difficulty],
                                num_distractors=num_distractors)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fa_train.errors import UserError
+
 SPLIT_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv",
                "test": "new_aan_pairs.test.tsv"}
 LAYOUT = "new_aan_pairs.{train,eval,test}.tsv with columns label, id1, id2, text1, text2"
@@ -35,14 +37,14 @@ def read_aan_tsv(path: str | os.PathLike) -> tuple[list[str], list[str], np.ndar
                 continue
             parts = line.split("\t")
             if len(parts) < 5:
-                raise ValueError(f"{path}:{k}: expected 5 tab-separated columns "
+                raise UserError(f"{path}:{k}: expected 5 tab-separated columns "
                                  f"(label, id1, id2, text1, text2), got {len(parts)}")
             try:
                 label = int(float(parts[0]))
             except ValueError:
                 if k == 1:  # header
                     continue
-                raise ValueError(f"{path}:{k}: label {parts[0]!r} is not a number") from None
+                raise UserError(f"{path}:{k}: label {parts[0]!r} is not a number") from None
             labels.append(label)
             t1.append(parts[3])
             t2.append("\t".join(parts[4:]))
