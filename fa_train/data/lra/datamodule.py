@@ -132,7 +132,7 @@ class PathfinderDataModule(SequenceClassificationDataModule):
 
     def prepare_data(self) -> None:
         if self.data_dir is not None:
-            pf._find_level(Path(self.data_dir), self.resolution, self.params.contour_length)
+            pf.find_level(Path(self.data_dir), self.resolution, self.params.contour_length)
             return
         total = sum(self._gen_counts())
         _atomic_dir(self._generated_dir(), lambda d: pf.generate_pathfinder(
