@@ -8,6 +8,7 @@ import pytest
 from fa_train.data.cli import main as fa_data
 from fa_train.data.lra import pathfinder as pf
 from fa_train.data.lra.pathfinder.dataset import metadata_rows
+from fa_train.data.lra.pathfinder.stats import snake_turns
 
 
 def test_params_follow_the_spec_table():
@@ -29,11 +30,6 @@ def test_params_follow_the_spec_table():
         pf.pathfinder_params(32, num_distractors=-1)
 
 
-def _turns(headings):
-    d = np.abs(np.diff(headings))
-    return np.minimum(d, 2 * np.pi - d)
-
-
 def test_geometry_invariants_at_32px():
     p = pf.pathfinder_params(32)
     r = p.paddle_length + p.margins[0]
@@ -46,7 +42,7 @@ def test_geometry_invariants_at_32px():
         for s in t + info["distractors"]:
             starts = np.asarray(s.starts)
             assert starts.dtype.kind == "i" and starts.min() >= 0 and starts.max() < 32
-            assert np.all(_turns(s.headings) <= math.pi / (2 * p.continuity) + 1e-9)
+            assert np.all(np.asarray(snake_turns([s])) <= math.pi / (2 * p.continuity) + 1e-9)
             # heads lie on the integer ring of radius L + m around each pivot: consecutive
             # paddle starts are a whole paddle-plus-gaps apart
             gaps = np.hypot(*np.diff(starts[1:], axis=0).T)
@@ -61,8 +57,8 @@ def test_geometry_invariants_at_32px():
 
 def test_turns_are_angles_of_integer_offsets():
     p = pf.pathfinder_params(32)
-    turns = np.concatenate([_turns(s.headings) for i in range(20)
-                            for s in pf.generate_image(p, 5, i, return_info=True)[2]["targets"]])
+    turns = np.asarray([t for i in range(20)
+                        for t in snake_turns(pf.generate_image(p, 5, i, return_info=True)[2]["targets"])])
     assert np.unique(np.round(turns, 9)).size > 9  # not a fixed set of a few turn angles
 
 

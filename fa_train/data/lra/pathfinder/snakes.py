@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fa_train.data.lra.pathfinder.params import PathfinderParams
-from fa_train.data.lra.pathfinder.render import Stamp, disk_offsets, paddle_stamp, paste_max, translate
+from fa_train.data.lra.pathfinder.render import (Stamp, dilate_binary, disk_offsets, paddle_stamp,
+                                                 paste_max, translate)
 
 ACCEPT_BELOW = 1.8  # max of occupancy + footprint for a paddle to be kept
 BUSY_ABOVE = 0.3    # occupancy above which a pixel cannot take a seed
@@ -82,7 +83,9 @@ class Tables:
         self.ring_dy, self.ring_dx = off[:, 0], off[:, 1]
         self.ring_angle = np.arctan2(off[:, 0], off[:, 1])
         disk = disk_offsets(margin)
-        self.disk_flat = disk[:, 0] * self.width + disk[:, 1]
+        # flat offsets (in the padded mask) of the disk taps around every candidate head
+        self.ring_taps = ((self.ring_dy[:, None] + disk[None, :, 0]) * self.width
+                          + self.ring_dx[:, None] + disk[None, :, 1])
         self._weights: dict[float, np.ndarray] = {}
         self._footprints: dict[float, tuple[np.ndarray, bool]] = {}
         self._target_free: dict[int, np.ndarray] = {}
@@ -128,7 +131,7 @@ class Tables:
         free = self._target_free.get(degree)
         if free is None:
             offsets, covered = self.footprint(degree * np.pi / 180)
-            free = (np.argwhere(~_dilate(self.target_busy, offsets)) if covered
+            free = (np.argwhere(~dilate_binary(self.target_busy, offsets)) if covered
                     else np.zeros((0, 2), int))
             self._target_free[degree] = free
         return free
@@ -137,18 +140,6 @@ class Tables:
 @functools.lru_cache(maxsize=32)
 def tables(p: PathfinderParams, margin: int) -> Tables:
     return Tables(p, margin)
-
-
-def _dilate(busy: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """out[q] = any(busy[q + o]) over the offsets o with q + o inside the image."""
-    n = busy.shape[0]
-    q = int(np.abs(offsets).max()) if len(offsets) else 0
-    padded = np.zeros((n + 2 * q, n + 2 * q), bool)
-    padded[q:q + n, q:q + n] = busy
-    out = np.zeros_like(busy)
-    for dy, dx in offsets:
-        out |= padded[q + dy:q + dy + n, q + dx:q + dx + n]
-    return out
 
 
 def _any_tap_inside(n: int, offsets: np.ndarray) -> bool:
@@ -169,6 +160,7 @@ class Field:
         self.mask = np.zeros((t.width, t.width))
         self.inner = self.mask[t.pad:t.pad + t.R, t.pad:t.pad + t.R]
         self.inner[...] = t.base_mask
+        self.flat = self.mask.reshape(-1)
         self.blank = self.mask.copy()
         reach = t.p.paddle_length + t.m + 1
         self.central = range(reach, t.R - reach)  # pivots whose whole candidate ring is inside
@@ -203,7 +195,7 @@ class Field:
             offsets, covered = t.footprint(angle)
             if not covered:
                 return None
-            free = np.flatnonzero(~_dilate(lined, offsets))
+            free = np.flatnonzero(~dilate_binary(lined, offsets))
             if free.size == 0:
                 return None
             k = int(free[int(self.rng.integers(0, free.size))])
@@ -253,15 +245,15 @@ class Field:
         t, R = self.t, self.t.R
         heading = s.headings[-1]
         py, px = translate(*s.pivot, heading, self.p.paddle_length + 2 * t.m)
-        cy, cx = py + t.ring_dy, px + t.ring_dx
+        dy, dx, taps = t.ring_dy, t.ring_dx, t.ring_taps
         weights, angles = t.turn_weights(heading), t.ring_angle
         if py not in self.central or px not in self.central:
-            keep = np.flatnonzero((cy >= 0) & (cy < R) & (cx >= 0) & (cx < R))
+            keep = np.flatnonzero((py + dy >= 0) & (py + dy < R) & (px + dx >= 0) & (px + dx < R))
             if keep.size == 0:
                 return False
-            cy, cx, weights, angles = cy[keep], cx[keep], weights[keep], angles[keep]
-        flat = (cy + t.pad) * t.width + (cx + t.pad)
-        dilated = self.mask.ravel()[flat[:, None] + t.disk_flat].max(axis=1)
+            dy, dx, taps, weights, angles = dy[keep], dx[keep], taps[keep], weights[keep], angles[keep]
+        # occupancy dilated by the margin disk, at each candidate head
+        dilated = self.flat.take(taps + ((py + t.pad) * t.width + px + t.pad)).max(axis=1)
         pmf = (1 - dilated) * weights
         total = pmf.sum()
         if total < MIN_WEIGHT:
@@ -271,7 +263,7 @@ class Field:
             # the first candidate whose cumulative mass exceeds the draw (the first if none does)
             j = int(cmf.searchsorted(self.rng.random(), side="right"))
             j = 0 if j == len(cmf) else j
-            head, new_heading = (int(cy[j]), int(cx[j])), float(angles[j])
+            head, new_heading = (py + int(dy[j]), px + int(dx[j])), float(angles[j])
             angle = flip(new_heading)
             if self.fits(t.stamp(angle), *head):
                 self.occupy(s.starts[-1], s.angles[-1])

@@ -16,6 +16,15 @@ SCALARS = ("nonzero_share", "mean_nonzero", "bright_blobs", "distractors_placed"
            "target_peak", "distractor_peak", "marker_centre", "mean_turn_deg")
 
 
+def snake_turns(snakes) -> list[float]:
+    """Every accepted turn (radians, 0..π) between consecutive paddles of the snakes."""
+    out: list[float] = []
+    for s in snakes:
+        d = np.abs(np.diff(np.asarray(s.headings, np.float64)))
+        out += np.minimum(d, 2 * np.pi - d).tolist()
+    return out
+
+
 def count_blobs(mask: np.ndarray) -> int:
     """Number of 8-connected components of a boolean image."""
     seen = np.zeros_like(mask)
