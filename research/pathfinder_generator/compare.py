@@ -120,11 +120,10 @@ def cnn_accuracy(train: tuple[np.ndarray, np.ndarray], tests: dict[str, tuple[np
 
     torch.manual_seed(seed)
     net = nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveMaxPool2d(1), nn.Flatten(),
-        nn.Linear(64, 2))
+        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveMaxPool2d(1), nn.Flatten(),
+        nn.Linear(32, 2))
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
 
     def tensor(x):
@@ -162,14 +161,15 @@ def render_markdown(res: dict) -> str:
             a, b = st["original"][key], st["ours"][key]
             cells.append(f"{(b['mean'] - a['mean']) / math.hypot(a['se'], b['se']):+.2f}")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    for key, fmt in (("distractors_placed_hist", "{:.3f}"), ("intensity_hist_16", "{:.3f}")):
-        for n in names:
-            lines.append(f"| {key} ({n}) | " + " ".join(fmt.format(v) for v in st[n][key]) + " |"
-                         + (" |" if len(names) == 2 else ""))
+    lines += ["", "Distributions (pooled):", ""]
     for n in names:
         t = st[n]["turn_deg"]
-        lines.append(f"| turn degrees ({n}): median / p90 / max / distinct | {t['median']:.1f} / "
-                     f"{t['p90']:.1f} / {t['max']:.1f} / {t['distinct']} |" + (" |" if len(names) == 2 else ""))
+        hist = " / ".join(f"{v:.3f}" for v in st[n]["distractors_placed_hist"])
+        lines += [f"- {n}: distractors placed 0, 1, 2, ...: {hist}",
+                  f"- {n}: turn degrees median {t['median']:.1f}, p90 {t['p90']:.1f}, max "
+                  f"{t['max']:.1f}, {t['distinct']} distinct values",
+                  f"- {n}: intensity histogram (16 bins of 16 levels): "
+                  + " ".join(f"{v:.3f}" for v in st[n]["intensity_hist_16"])]
     if "replay" in res:
         r = res["replay"]
         lines += ["", f"Replay: our generator fed the original's random stream drew "
@@ -194,10 +194,12 @@ def main(argv=None) -> int:
     ap.add_argument("--reference", default=None, help="checkout of the original generator")
     ap.add_argument("--reference-npz", nargs="*", default=None,
                     help="records reference.py already wrote (instead of running it again)")
+    ap.add_argument("--ours-npz", default=None,
+                    help="our records: read from this file if it exists, else written to it")
     ap.add_argument("--resolution", type=int, default=32, choices=list(RESOLUTIONS))
     ap.add_argument("--n", type=int, default=5000, help="images of each generator")
     ap.add_argument("--n-train", type=int, default=4000)
-    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--replay", type=int, default=500)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -211,7 +213,13 @@ def main(argv=None) -> int:
     if a.n_train >= a.n:
         ap.error(f"--n-train must be below --n ({a.n})")
     p = pathfinder_params(a.resolution)
-    recs = {"ours": ours(p, a.seed, a.n)}
+    cached = Path(a.ours_npz) if a.ours_npz else None
+    if cached is not None and cached.is_file():
+        recs = {"ours": dict(np.load(cached))}
+    else:
+        recs = {"ours": ours(p, a.seed, a.n)}
+        if cached is not None:
+            np.savez_compressed(cached, **recs["ours"])
     if a.reference_npz:
         recs["original"] = merge([dict(np.load(f)) for f in a.reference_npz])
     elif a.reference:

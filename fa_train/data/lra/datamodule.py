@@ -128,7 +128,8 @@ class PathfinderDataModule(SequenceClassificationDataModule):
         total = sum(self._gen_counts())
         nd = self.params.n_distractors
         return (Path(self.cache_dir) / "lra_pathfinder"
-                / f"r{self.resolution}_{self.difficulty}_seed{self.gen_seed}_n{total}_d{nd}")
+                / f"r{self.resolution}_{self.difficulty}_seed{self.gen_seed}_n{total}_d{nd}"
+                  f"_g{pf.GENERATOR_VERSION}")
 
     def prepare_data(self) -> None:
         if self.data_dir is not None:

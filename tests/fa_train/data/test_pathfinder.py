@@ -101,6 +101,15 @@ def test_npy_and_png_round_trip_through_loader(tmp_path):
         assert labels.tolist() == [r[1] for r in ref]
     assert s_npy["positives"] == s_png["positives"] == sum(r[1] for r in ref)
     assert s_png["params"]["num_distractors"] == 5
+    assert s_npy["generator_version"] == pf.GENERATOR_VERSION
+
+
+def test_datamodule_cache_names_the_generator_version(tmp_path):
+    """Images cached by an earlier generator are never reused for the current one."""
+    from fa_train.data.lra.datamodule import PathfinderDataModule
+
+    name = PathfinderDataModule(resolution=32, cache_dir=str(tmp_path))._generated_dir().name
+    assert name.endswith(f"_d5_g{pf.GENERATOR_VERSION}")
 
 
 def test_reads_the_released_layout_with_either_metadata_kind(tmp_path):

@@ -13,11 +13,11 @@ from fa_train.data.lra.pathfinder.cli import register_cli, write_montage
 from fa_train.data.lra.pathfinder.dataset import (PathfinderImages, find_level, load_pathfinder,
                                                   split_indices)
 from fa_train.data.lra.pathfinder.formats import generate_pathfinder, level_dir
-from fa_train.data.lra.pathfinder.generator import draw_sample, generate_image
+from fa_train.data.lra.pathfinder.generator import GENERATOR_VERSION, draw_sample, generate_image
 from fa_train.data.lra.pathfinder.params import (DIFFICULTIES, PRESETS, RESOLUTIONS, PathfinderParams,
                                                  pathfinder_params)
 
-__all__ = ["DIFFICULTIES", "PRESETS", "RESOLUTIONS", "PathfinderImages", "PathfinderParams",
+__all__ = ["DIFFICULTIES", "GENERATOR_VERSION", "PRESETS", "RESOLUTIONS", "PathfinderImages", "PathfinderParams",
            "draw_sample", "find_level", "generate_image", "generate_pathfinder",
            "level_dir", "load_pathfinder", "pathfinder_params", "register_cli", "split_indices",
            "write_montage"]

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from fa_train.data.lra.pathfinder.generator import compose, draw_sample, render_layers
+from fa_train.data.lra.pathfinder.generator import GENERATOR_VERSION, compose, draw_sample, render_layers
 from fa_train.data.lra.pathfinder.params import PathfinderParams, pathfinder_params
 
 FORMATS = ("npy", "png")
@@ -139,6 +139,7 @@ def generate_pathfinder(out: str | os.PathLike, resolution: int = 32, difficulty
     summary = {
         "dir": str(base), "format": fmt, "resolution": resolution, "difficulty": difficulty,
         "n": n, "seed": seed, "workers": workers, "positives": positives,
+        "generator_version": GENERATOR_VERSION,
         "seconds": round(seconds, 3), "images_per_s": round(n / max(seconds, 1e-9), 2),
         "params": params.to_dict(),
     }

@@ -15,6 +15,9 @@ from fa_train.data.lra.pathfinder.params import PathfinderParams
 from fa_train.data.lra.pathfinder.render import bytescale, marker_disk, paste_max
 from fa_train.data.lra.pathfinder.snakes import Snake, place_distractors, place_targets, tables
 
+# bumped whenever the images drawn for a given (params, seed, index) change
+GENERATOR_VERSION = 2
+
 
 @dataclass
 class Sample:
