@@ -81,6 +81,9 @@ def paddle_stamp(angle: float, length: int, thickness: float, margin: int, antia
     size = 2 * half + 1
     line = lanczos(np.where(stroke, 255, 0).astype(np.uint8), size).astype(np.float64) / 255
     mask = lanczos(np.where(halo, 255, 0).astype(np.uint8), size).astype(np.float64) / 255
+    # the original keeps footprints in float32 images: its acceptance test (occupancy plus
+    # footprint below 1.8) and candidate weights see these rounded values
+    mask = mask.astype(np.float32).astype(np.float64)
     line.flags.writeable = mask.flags.writeable = False
     return Stamp(line, mask, half)
 
