@@ -132,11 +132,12 @@ class PathfinderDataModule(SequenceClassificationDataModule):
         total = sum(self._gen_counts())
         nd = self.params.n_distractors
         return (Path(self.cache_dir) / "lra_pathfinder"
-                / f"r{self.resolution}_{self.difficulty}_seed{self.gen_seed}_n{total}_d{nd}")
+                / f"r{self.resolution}_{self.difficulty}_seed{self.gen_seed}_n{total}_d{nd}"
+                  f"_g{pf.GENERATOR_VERSION}")
 
     def prepare_data(self) -> None:
         if self.data_dir is not None:
-            pf._find_level(Path(self.data_dir), self.resolution, self.params.contour_length)
+            pf.find_level(Path(self.data_dir), self.resolution, self.params.contour_length)
             return
         total = sum(self._gen_counts())
         _atomic_dir(self._generated_dir(), lambda d: pf.generate_pathfinder(
