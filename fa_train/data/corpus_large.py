@@ -1,0 +1,132 @@
+"""The ``large`` corpus preset: >= 30M GPT-2 tokens of English technical prose from documentation that
+ships in Debian/Ubuntu packages and PyPI sdists (`LARGE_SOURCES`: the Linux kernel's Documentation/,
+Perl's pods, the Python, PostgreSQL, Django, SQLAlchemy, pandas, SciPy, SymPy, Sphinx, Node.js, Git
+and Rust manuals, the GIMP user manual).
+
+Each source's files are converted to text by the rules of their markup (`fa_train.data.corpus_markup`:
+reST, POD or HTML), normalized, stripped of lines that repeat across >= 30% of that source's documents
+(navigation, footers), and kept when at least `MIN_CHARS` long. Exact duplicates are dropped across
+sources; documents are split by a hash of their path (98/1/1). The manifest records, per source, the
+package and version used, its licence and counts. Needs apt (``apt-get download``) and PyPI
+(``pip download``) once; the result travels as a pack (`fa_train.data.corpus_tokens`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from fa_train.data import corpus_fetch as fetch
+from fa_train.data.corpus import APT_DOCS, Document, corpus_ready, write_corpus
+from fa_train.data.corpus_markup import clean_text, drop_boilerplate, html_to_text, pod_to_text, rst_to_text
+
+VERSION = 1  # of the extraction rules; part of the cache key
+FRACTIONS = (0.98, 0.01, 0.01)
+MIN_CHARS = 500
+MARKUP = {"rst": rst_to_text, "pod": pod_to_text, "html": html_to_text, "text": lambda s: s}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One package's documentation. ``package``: a regex of apt package names (the newest match is
+    used) or ``pypi:Name==Version``; ``include``/``exclude``: regexes on paths inside the package (or
+    inside the tarball matching ``inner``, for packages that ship one)."""
+    name: str
+    package: str
+    include: str
+    markup: str
+    licence: str
+    exclude: str = ""
+    inner: str = ""
+
+
+_SPHINX = r"usr/share/doc/{pkg}/html/_sources/.+\.txt"
+LARGE_SOURCES = (
+    Source("linux-docs", r"linux-source-\d+\.\d+", r"linux-source-[\d.]+/Documentation/.+\.(rst|txt)", "rst",
+           "GPL-2.0-only", exclude=r".*/Documentation/(translations|devicetree/bindings|ABI|output|sphinx)/.*",
+           inner=r"usr/src/linux-source-[\d.]+\.tar\.(xz|bz2|gz)"),
+    Source("perl-docs", r"perl-doc", r"usr/share/perl/[\d.]+/pod/.+\.pod", "pod",
+           "Artistic-1.0-Perl OR GPL-1.0-or-later", exclude=r".*/(perltoc|perluniprops)\.pod"),
+    Source("python-docs", APT_DOCS, r"usr/share/doc/python3\.\d+/html/_sources/.+\.rst\.txt", "rst", "PSF-2.0"),
+    Source("postgresql-docs", r"postgresql-doc-\d+", r"usr/share/doc/postgresql-doc-\d+/html/.+\.html", "html",
+           "PostgreSQL", exclude=r".*/(bookindex|index)\.html"),
+    Source("django-docs", "pypi:Django==4.2.16", r"docs/.+\.txt", "rst", "BSD-3-Clause"),
+    Source("sqlalchemy-docs", r"python-sqlalchemy-doc", r"usr/share/doc/python-sqlalchemy-doc/html/.+\.html",
+           "html", "MIT", exclude=r".*/(genindex|search|index)\.html"),
+    Source("pandas-docs", r"python-pandas-doc", _SPHINX.format(pkg="python-pandas-doc"), "rst", "BSD-3-Clause"),
+    Source("scipy-docs", r"python-scipy-doc", r"usr/share/doc/python-scipy-doc/html/.+\.html", "html",
+           "BSD-3-Clause", exclude=r".*/(genindex|search|py-modindex)\.html"),
+    Source("sympy-docs", r"python-sympy-doc", _SPHINX.format(pkg="python-sympy-doc"), "rst", "BSD-3-Clause"),
+    Source("sphinx-docs", r"sphinx-doc", _SPHINX.format(pkg="sphinx-doc"), "rst", "BSD-2-Clause"),
+    Source("nodejs-docs", r"nodejs-doc", r"usr/share/doc/nodejs/api/.+\.html", "html", "MIT",
+           exclude=r".*/(all|index)\.html"),
+    Source("git-docs", r"git-doc", r"usr/share/doc/git-doc/.+\.html", "html", "GPL-2.0-only",
+           exclude=r".*/(index|git-index)\.html"),
+    Source("rust-books", r"rust-doc", r"usr/share/doc/rust-doc/html/(book|reference|nomicon|rustc|edition-guide|"
+           r"embedded-book|rust-by-example|unstable-book|rustdoc)/.+\.html", "html", "MIT OR Apache-2.0",
+           exclude=r".*/(print|toc|404|index)\.html"),
+    Source("gimp-help", r"gimp-help-en", r"usr/share/gimp/2\.0/help/en/.+\.html", "html", "GFDL-1.2-or-later"),
+)
+
+
+def large_params(sources: Iterable[Source] = LARGE_SOURCES, fractions=FRACTIONS, min_chars: int = MIN_CHARS) -> dict:
+    """The build parameters of the large corpus (its cache key): rules version, fractions, sources."""
+    return {"preset": "large", "version": VERSION, "fractions": list(fractions), "min_chars": min_chars,
+            "sources": [asdict(s) for s in sources]}
+
+
+def package_files(src: Source, downloads: Path) -> tuple[Iterator[tuple[str, bytes]], dict]:
+    """The selected (path, bytes) of ``src``'s package (downloaded once into ``downloads``) and
+    {"package", "version"} of what was used."""
+    include, exclude = re.compile(src.include), re.compile(src.exclude) if src.exclude else None
+    select = lambda p: bool(include.fullmatch(p)) and not (exclude and exclude.fullmatch(p))  # noqa: E731
+    if src.package.startswith("pypi:"):
+        spec = src.package.removeprefix("pypi:")
+        return fetch.sdist_files(fetch.download_sdist(spec, downloads), select), {"package": spec, "version": ""}
+    names = fetch.apt_packages(src.package)
+    if not names:
+        raise RuntimeError(f"apt offers no package matching {src.package!r} (source {src.name})")
+    deb = fetch.download_deb(names[-1], downloads)
+    files = fetch.deb_files(deb, select if not src.inner else (lambda p: False), src.inner or None,
+                            select if src.inner else None)
+    return files, {"package": names[-1], "version": fetch.apt_version(names[-1])}
+
+
+def source_documents(src: Source, files: Iterable[tuple[str, bytes]], min_chars: int = MIN_CHARS
+                     ) -> tuple[list[Document], dict]:
+    """``src``'s files as cleaned documents (sorted by path) and counts of what was read and dropped."""
+    convert = MARKUP[src.markup]
+    raw = sorted((path, clean_text(convert(data.decode("utf-8", errors="replace")))) for path, data in files)
+    texts = drop_boilerplate([t for _, t in raw])
+    docs = [Document(f"{src.name}/{path}", text, src.name) for (path, _), text in zip(raw, texts)
+            if len(text) >= min_chars]
+    return docs, {"files": len(raw), "too_short": len(raw) - len(docs)}
+
+
+def prepare_large(cache_dir: str | Path, sources: tuple[Source, ...] = LARGE_SOURCES,
+                  fractions=FRACTIONS, min_chars: int = MIN_CHARS) -> dict[str, Path]:
+    """{split: jsonl path} of the large corpus under ``<cache_dir>/corpus/large`` (built once per
+    parameters; the package archives stay in ``<cache_dir>/downloads/large``)."""
+    from fa_train.data.lm import info
+
+    out, params = Path(cache_dir) / "corpus" / "large", large_params(sources, fractions, min_chars)
+    if (paths := corpus_ready(out, params)) is not None:
+        return paths
+    downloads = Path(cache_dir) / "downloads" / "large"
+    packages: dict[str, dict] = {}
+
+    def documents() -> Iterator[Document]:
+        for src in sources:
+            try:
+                files, used = package_files(src, downloads)
+                docs, counts = source_documents(src, files, min_chars)
+            except fetch.CommandError as err:
+                raise RuntimeError(f"cannot fetch source {src.name} ({src.package}): {err}\nThe large corpus "
+                                   f"needs apt-get and pip with registry access once; elsewhere, carry its pack "
+                                   f"(fa-data corpus --preset large --pack DIR, then --from-pack DIR).") from None
+            packages[src.name] = {**used, "licence": src.licence, "markup": src.markup, **counts}
+            info(f"large corpus: {src.name} ({used['package']} {used['version']}): {len(docs)} documents")
+            yield from docs
+
+    return write_corpus(documents(), out, params, fractions, extra={"packages": packages})
