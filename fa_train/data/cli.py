@@ -59,6 +59,9 @@ def _corpus(args) -> int:
     from fa_train.data import corpus_tokens
     from fa_train.data.corpus import prepare_preset
 
+    for name in ("num_proc", "seq_len", "vocab_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
     args.tokenizer = args.tokenizer or ("gpt2" if args.preset == "large" else "bpe")
     args.seq_len = args.seq_len or (1024 if args.preset == "large" else 256)
     if args.from_pack:
@@ -73,7 +76,7 @@ def _corpus(args) -> int:
     else:
         with _stages() as progress:
             t = progress.add_task(f"preparing the {args.preset} corpus (apt-get/pip download, once)", total=1)
-            files = prepare_preset(args.preset, args.cache_dir)
+            files = prepare_preset(args.preset, args.cache_dir, workers=args.num_proc)
             progress.update(t, completed=1)
             t = progress.add_task(f"tokenizing with {args.tokenizer}", total=1)
             dm = _corpus_module(args)
@@ -161,9 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab-size", type=int, default=8192, help="for the trained tokenizers (bpe, wordpiece)")
     p.add_argument("--seq-len", type=int, default=None,
                    help="window length (max_seq_len for wordpiece/MLM); default 256, 1024 for large")
-    p.add_argument("--num-proc", type=int, default=1, help="tokenizer processes")
-    p.add_argument("--pack", metavar="DIR", help="also write the compressed pack of the tokens into DIR")
-    p.add_argument("--from-pack", metavar="DIR", help="restore the tokens from a pack (no download, no tokenizing)")
+    p.add_argument("--num-proc", type=int, default=1, help="processes (tokenizer; sources read at a time)")
+    carry = p.add_mutually_exclusive_group()
+    carry.add_argument("--pack", metavar="DIR", help="also write the compressed pack of the tokens into DIR")
+    carry.add_argument("--from-pack", metavar="DIR", help="restore the tokens from a pack (no download, no tokenizing)")
     p.set_defaults(func=_corpus)
 
     p = sub.add_parser("gpt2-bpe", help="fetch the GPT-2 BPE files (vocab.json, merges.txt) into the cache")

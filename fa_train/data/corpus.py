@@ -278,13 +278,14 @@ def preset_identity(name: str, cache_dir: str | Path) -> dict:
     raise ValueError(f"preset={name!r} is not known; use one of {PRESETS}")
 
 
-def prepare_preset(name: str, cache_dir: str | Path) -> dict[str, Path]:
-    """{split: jsonl path} of preset ``name``, prepared once under ``<cache_dir>/corpus/<name>``."""
+def prepare_preset(name: str, cache_dir: str | Path, workers: int = 1) -> dict[str, Path]:
+    """{split: jsonl path} of preset ``name``, prepared once under ``<cache_dir>/corpus/<name>`` (the
+    large one reads ``workers`` sources at a time)."""
     if name == "python-docs":
         return prepare_python_docs(cache_dir)
     if name == "large":
         from fa_train.data.corpus_large import prepare_large
-        return prepare_large(cache_dir)
+        return prepare_large(cache_dir, workers=workers)
     raise ValueError(f"preset={name!r} is not known; use one of {PRESETS}")
 
 

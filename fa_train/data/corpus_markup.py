@@ -147,28 +147,49 @@ def pod_to_text(text: str) -> str:
 # ----------------------------------------------------------------------------- HTML
 _BLOCK_TAGS = {"p", "div", "br", "li", "ul", "ol", "dl", "dt", "dd", "tr", "table", "h1", "h2", "h3", "h4",
                "h5", "h6", "pre", "blockquote", "section", "article", "hr", "td", "th", "caption", "figure"}
+_VOID_TAGS = {"br", "hr", "img", "input", "meta", "link", "wbr", "col", "area", "base", "source"}
 _SKIP_TAGS = {"head", "script", "style", "nav", "footer", "header", "noscript", "svg", "form", "button"}
+_SKIP_ROLES = {"navigation", "search", "contentinfo", "banner"}
+_SKIP_CLASSES = {"headerlink", "related", "sphinxsidebar", "breadcrumbs", "footer", "navigation", "navheader",
+                 "navfooter", "toc", "sidebar", "searchbox"}
+
+
+def _skipped(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+    """Navigation and page furniture: by tag, ARIA role or class (Sphinx, DocBook, rustdoc themes)."""
+    if tag in _SKIP_TAGS:
+        return True
+    a = {k: v or "" for k, v in attrs}
+    return a.get("role", "") in _SKIP_ROLES or bool(_SKIP_CLASSES & set(a.get("class", "").split()))
 
 
 class _HTMLText(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
-        self.skip = 0
+        self.skipping: list[list] = []  # [tag, depth] of the skipped element we are inside
         self.pre = 0
 
     def handle_starttag(self, tag, attrs):
-        if tag in _SKIP_TAGS:
-            self.skip += 1
-        elif tag == "pre":
+        if self.skipping:
+            if tag == self.skipping[-1][0]:
+                self.skipping[-1][1] += 1
+            return
+        if tag not in _VOID_TAGS and _skipped(tag, attrs):
+            self.skipping.append([tag, 1])
+            return
+        if tag == "pre":
             self.pre += 1
         if tag in _BLOCK_TAGS:
             self.parts.append("\n\n" if tag in ("p", "pre", "h1", "h2", "h3", "h4", "table") else "\n")
 
     def handle_endtag(self, tag):
-        if tag in _SKIP_TAGS:
-            self.skip = max(0, self.skip - 1)
-        elif tag == "pre":
+        if self.skipping:
+            if tag == self.skipping[-1][0]:
+                self.skipping[-1][1] -= 1
+                if self.skipping[-1][1] == 0:
+                    self.skipping.pop()
+            return
+        if tag == "pre":
             self.pre = max(0, self.pre - 1)
         if tag in _BLOCK_TAGS:
             self.parts.append("\n")
@@ -176,13 +197,13 @@ class _HTMLText(HTMLParser):
             self.parts.append(" ")
 
     def handle_data(self, data):
-        if not self.skip:
+        if not self.skipping:
             self.parts.append(data if self.pre else re.sub(r"\s+", " ", data))
 
 
 def html_to_text(text: str) -> str:
-    """HTML -> text: the visible text of the body (head, scripts, styles, nav/header/footer dropped),
-    block elements on their own lines, ``<pre>`` kept verbatim, entities decoded."""
+    """HTML -> text: the visible text of the body (head, scripts, styles and navigation dropped: see
+    `_skipped`), block elements on their own lines, ``<pre>`` kept verbatim, entities decoded."""
     parser = _HTMLText()
     parser.feed(text)
     parser.close()

@@ -121,8 +121,12 @@ def unpack(pack_dir: Path, cache_dir: Path) -> Path:
     tmp.mkdir(parents=True)
     for name in files:
         src = pack_dir / (name + ".xz" if name.endswith(".bin") else name)
-        with (lzma.open(src, "rb") if src.suffix == ".xz" else open(src, "rb")) as f, open(tmp / name, "wb") as g:
-            shutil.copyfileobj(f, g, 1 << 22)
+        try:
+            with (lzma.open(src, "rb") if src.suffix == ".xz" else open(src, "rb")) as f, open(tmp / name, "wb") as g:
+                shutil.copyfileobj(f, g, 1 << 22)
+        except (OSError, lzma.LZMAError, EOFError) as err:
+            shutil.rmtree(tmp)
+            raise ValueError(f"--from-pack {pack_dir}: cannot read {src.name} ({err}); the pack is corrupt") from None
         if not intact(tmp / name, name):
             shutil.rmtree(tmp)
             raise ValueError(f"--from-pack {pack_dir}: {name} does not match its checksum; the pack is corrupt")
