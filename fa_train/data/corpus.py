@@ -57,7 +57,8 @@ class Document:
     source: str  # the source it came from (per-source counts)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, hex."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -76,7 +77,7 @@ def read_manifest(out_dir: Path) -> dict | None:
         m = json.loads((Path(out_dir) / "manifest.json").read_text())
         for split in SPLITS:
             path, rec = Path(out_dir) / f"{split}.jsonl", m["files"][split]
-            if path.stat().st_size != rec["bytes"] or _sha256(path) != rec["sha256"]:
+            if path.stat().st_size != rec["bytes"] or file_sha256(path) != rec["sha256"]:
                 return None
         return m
     except (OSError, ValueError, KeyError, TypeError):
@@ -137,7 +138,7 @@ def write_corpus(docs: Iterable[Document], out_dir: str | Path, params: dict,
                          f"use more documents or larger fractions than {tuple(fractions)}")
     for s in SPLITS:
         os.replace(tmp[s], paths[s])
-    files = {s: {"bytes": paths[s].stat().st_size, "sha256": _sha256(paths[s])} for s in SPLITS}
+    files = {s: {"bytes": paths[s].stat().st_size, "sha256": file_sha256(paths[s])} for s in SPLITS}
     manifest = {"params": _normal(params), "fractions": list(fractions), "splits": splits, "sources": sources,
                 "files": files, **(extra or {})}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))

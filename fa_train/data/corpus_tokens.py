@@ -11,7 +11,6 @@ cache folder and the size and SHA-256 of every unpacked file). `unpack` restores
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import lzma
 import os
@@ -20,17 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fa_train.data.corpus import file_sha256
+
 SPLITS = ("train", "validation", "test")
 LENGTH_THRESHOLDS = (1024, 2048, 4096, 8192, 16384)
 PERCENTILES = (10, 25, 50, 75, 90, 99)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def document_lengths(tokens: np.ndarray, eot_id: int) -> np.ndarray:
@@ -90,11 +83,11 @@ def pack(lm_dir: Path, manifest: Path, out: Path, preset: int = 6) -> dict:
         with open(src, "rb") as f, lzma.open(tmp, "wb", preset=preset) as z:
             shutil.copyfileobj(f, z, 1 << 22)
         os.replace(tmp, out / f"{split}.bin.xz")
-        files[f"{split}.bin"] = {"bytes": src.stat().st_size, "sha256": _sha256(src)}
+        files[f"{split}.bin"] = {"bytes": src.stat().st_size, "sha256": file_sha256(src)}
     for name, src in (("meta.json", lm_dir / "meta.json"), ("tokenizer.json", lm_dir / "tokenizer.json"),
                       ("manifest.json", Path(manifest))):
         shutil.copyfile(src, out / name)
-        files[name] = {"bytes": src.stat().st_size, "sha256": _sha256(src)}
+        files[name] = {"bytes": src.stat().st_size, "sha256": file_sha256(src)}
     info = {"lm_dir": lm_dir.name, "kind": lm_dir.parent.name, "num_tokens": meta["num_tokens"], "files": files}
     (out / "pack.json").write_text(json.dumps(info, indent=2))
     return info
@@ -112,7 +105,7 @@ def unpack(pack_dir: Path, cache_dir: Path) -> Path:
         raise ValueError(f"--from-pack {pack_dir}: not a corpus pack ({type(err).__name__}: {err})") from None
 
     def intact(path: Path, name: str) -> bool:
-        return path.is_file() and path.stat().st_size == files[name]["bytes"] and _sha256(path) == files[name]["sha256"]
+        return path.is_file() and path.stat().st_size == files[name]["bytes"] and file_sha256(path) == files[name]["sha256"]
 
     if all(intact(dest / name, name) for name in files):
         return dest
