@@ -106,15 +106,20 @@ def deb_files(deb: Path, select: Selector, inner: str | None = None, inner_selec
                                 stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise CommandError("`dpkg-deb` is not installed") from None
+    complete = False
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             yield from _tar_files(tar, select, inner, inner_select)
-    finally:
+        while proc.stdout.read(1 << 20):  # the archive's padding, so that dpkg-deb ends cleanly
+            pass
+        complete = True
+    finally:  # a caller that stops early closes the pipe: dpkg-deb's exit status then means nothing
         proc.stdout.close()
         err = proc.stderr.read().decode(errors="replace")
         proc.stderr.close()
-        if proc.wait() != 0:
-            raise CommandError(f"`dpkg-deb --fsys-tarfile {deb.name}` failed: {err.strip()[-2000:]}")
+        status = proc.wait()
+    if complete and status != 0:
+        raise CommandError(f"`dpkg-deb --fsys-tarfile {deb.name}` failed: {err.strip()[-2000:]}")
 
 
 def download_sdist(spec: str, dest: Path) -> Path:

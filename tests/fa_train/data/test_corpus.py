@@ -169,6 +169,9 @@ def test_download_deb_updates_stale_lists_and_keeps_the_deb(machine, tmp_path):
     assert corpus_fetch.download_deb("perl-doc", tmp_path / "d") == deb and len(machine.calls) == 3
     assert dict(corpus_fetch.deb_files(deb, lambda p: p.endswith(".pod"))) == {
         "usr/share/perl/5.36/pod/perlintro.pod": b"=head1 NAME\n"}
+    files = corpus_fetch.deb_files(deb, lambda p: True)
+    next(files)
+    files.close()  # stopping early is no error
 
 
 def test_apt_download_without_root_asks_for_an_update(machine, tmp_path, monkeypatch):
