@@ -29,13 +29,14 @@ configs look for it, then print documents and tokens per split and source and th
   large        >= 30M GPT-2 tokens of English documentation from Debian/Ubuntu packages and PyPI sdists
                (Linux kernel, Perl, Python, PostgreSQL, Django, ...), deduplicated and split by document;
                per-source tokens and licences in <cache-dir>/corpus/large/manifest.json. Needs apt-get
-               and pip with registry access once (~10 minutes on 2 cores); config: data=lm_large.
+               and pip with registry access once (about 6 CPU-minutes); config: data=lm_large.
 
-To train on a machine without registry access, pack the tokens (a folder of ~30 MB) and restore them there:
+To train on a machine without registry access, pack the tokens (a folder of ~25 MB: xz-compressed
+uint16 memmaps, the tokenizer and the manifests) and restore them there (seconds, no network):
 
-  here:   fa-data corpus --preset large --cache-dir data_cache --pack carry/corpus-large
-  there:  fa-data corpus --preset large --cache-dir data_cache --from-pack carry/corpus-large
-          fa-train data=lm_large ...   (same paths.cache_dir)
+  here:   fa-data corpus --preset large --cache-dir .cache --num-proc 2 --pack .cache/packs/corpus-large
+  there:  fa-data corpus --preset large --cache-dir .cache --from-pack .cache/packs/corpus-large
+          fa-train experiment=gpt2/small-flash data=lm_large ...   (paths.cache_dir: .cache, the default)
 """
 
 

@@ -178,7 +178,7 @@ class DocsOrigin:
         if self.kind == "apt":
             version = self.name.removeprefix("python").removesuffix("-doc")
             return f"Python {version} documentation (reST) from the apt package {self.name}"
-        return f"Django documentation (reST) from the PyPI sdist {self.name} (apt offers no python3.X-doc)"
+        return f"Django documentation (reST) from the PyPI sdist {self.name} (no apt, or apt offers no python3.X-doc)"
 
 
 def _docs_dir(cache_dir: str | Path) -> Path:
