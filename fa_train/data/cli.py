@@ -70,7 +70,8 @@ def _corpus(args) -> int:
         dm = _corpus_module(args)
         if dm.data_dir != lm_dir:
             raise ValueError(f"--from-pack {args.from_pack} holds {lm_dir.name}, but --preset {args.preset} "
-                             f"--tokenizer {args.tokenizer} reads {dm.data_dir.name}; use the options it was packed with")
+                             f"--tokenizer {args.tokenizer} reads {dm.data_dir.name}; "
+                             f"use the options it was packed with")
         dm.setup()
         manifest = json.loads((lm_dir / "manifest.json").read_text())
         console.print(f"unpacked into {lm_dir}", soft_wrap=True)

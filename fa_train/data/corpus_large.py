@@ -27,7 +27,7 @@ from fa_train.data.corpus_markup import clean_text, drop_boilerplate, html_to_te
 VERSION = 1  # of the extraction rules; part of the cache key
 FRACTIONS = (0.98, 0.01, 0.01)
 MIN_CHARS = 500
-MARKUP = {"rst": rst_to_text, "pod": pod_to_text, "html": html_to_text, "text": lambda s: s}
+MARKUP = {"rst": rst_to_text, "pod": pod_to_text, "html": html_to_text}
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ LARGE_SOURCES = (
     Source("debian-handbook", r"debian-handbook", r"usr/share/doc/debian-handbook/html/en-US/.+\.html", "html",
            "GPL-2.0-or-later OR CC-BY-SA-3.0", exclude=r".*/index\.html"),
     Source("octave-docs", r"octave-doc", r"usr/share/doc/octave/octave\.html/.+\.html", "html",
-           "GPL-3.0-or-later", exclude=r".*/(index|Concept-Index|Function-Index|Operator-Index|Graphics-Properties-Index)\.html"),
+           "GPL-3.0-or-later",
+           exclude=r".*/(index|Concept-Index|Function-Index|Operator-Index|Graphics-Properties-Index)\.html"),
 )
 
 

@@ -105,7 +105,8 @@ def unpack(pack_dir: Path, cache_dir: Path) -> Path:
         raise ValueError(f"--from-pack {pack_dir}: not a corpus pack ({type(err).__name__}: {err})") from None
 
     def intact(path: Path, name: str) -> bool:
-        return path.is_file() and path.stat().st_size == files[name]["bytes"] and file_sha256(path) == files[name]["sha256"]
+        rec = files[name]
+        return path.is_file() and path.stat().st_size == rec["bytes"] and file_sha256(path) == rec["sha256"]
 
     if all(intact(dest / name, name) for name in files):
         return dest

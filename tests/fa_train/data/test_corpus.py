@@ -125,7 +125,8 @@ def test_the_newest_python_doc_apt_offers_is_used(machine, tmp_path, capsys):
                    "python3-doc": {}}
     assert corpus.default_origin(tmp_path) == corpus.DocsOrigin("python3.13-doc", "apt")
     paths = corpus.prepare_python_docs(tmp_path)
-    assert "default corpus: Python 3.13 documentation (reST) from the apt package python3.13-doc" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "default corpus: Python 3.13 documentation (reST) from the apt package python3.13-doc" in out
     assert len(_rows(paths)) == len(sources) and not list((tmp_path / "downloads").rglob("*.deb"))
     assert source_identity("python-docs", cache_dir=tmp_path)["corpus"] == "python3.13-doc"
 

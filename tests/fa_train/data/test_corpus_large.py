@@ -22,7 +22,8 @@ def _contents() -> dict[str, dict[str, bytes]]:
     rng = random.Random(0)
     body = lambda: fake_document(rng, 8).split("\n\n", 1)[1]  # noqa: E731  (no reST title: same in any markup)
     bodies = [body() for _ in range(30)]
-    rst = {f"docs/d{i:02d}.rst": f"Title {i}\n========\n\n{body}\n.. toctree::\n\n   x\n" for i, body in enumerate(bodies)}
+    rst = {f"docs/d{i:02d}.rst": f"Title {i}\n========\n\n{body}\n.. toctree::\n\n   x\n"
+           for i, body in enumerate(bodies)}
     rst["docs/short.rst"] = "Short\n=====\n\ntoo short\n"
     html = {f"html/p{i:02d}.html": f"<html><body><p>{body()}</p><p>Copyright B team</p></body></html>"
             for i in range(25)}
@@ -114,3 +115,15 @@ def test_corpus_command_packs_and_restores_the_large_preset(fake_packages, tmp_p
                for f in ("train.bin", "validation.bin", "test.bin", "meta.json"))
     assert cli.main([*common, "--tokenizer", "gpt2", "--cache-dir", str(there), "--from-pack", str(pack)]) == 1
     assert "use the options it was packed with" in capsys.readouterr().out
+
+
+def test_the_committed_manifest_describes_this_code():
+    """reports/corpus/large_manifest.json was built with exactly these sources and rules."""
+    from pathlib import Path
+
+    report = Path(__file__).parents[3] / "reports" / "corpus" / "large_manifest.json"
+    m = json.loads(report.read_text())
+    assert m["params"] == json.loads(json.dumps(corpus_large.large_params()))
+    stats = m["tokens"]["gpt2"]
+    assert stats["document_length"]["tokens"] >= 30_000_000
+    assert set(stats["sources"]) == {s.name for s in corpus_large.LARGE_SOURCES} == set(m["packages"])
