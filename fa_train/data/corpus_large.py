@@ -2,15 +2,15 @@
 ships in Debian/Ubuntu packages and PyPI sdists (`LARGE_SOURCES`: the Linux kernel's Documentation/,
 Perl's pods, the Python, PostgreSQL, Django, SQLAlchemy, pandas, SciPy, scikit-learn, Astropy,
 statsmodels, Dask, Celery, pytest, Flask, SymPy, Sphinx, Node.js, Git, Rust, Erlang/OTP, GHC, Apache
-httpd and Octave manuals, the GIMP user manual, the Debian Administrator's
-Handbook).
+httpd and Octave manuals, the GIMP user manual, the Debian Administrator's Handbook).
 
-Each source's files are converted to text by the rules of their markup (`fa_train.data.corpus_markup`:
-reST, POD or HTML), normalized, stripped of lines that repeat across >= 30% of that source's documents
-(navigation, footers), and kept when at least `MIN_CHARS` long. Exact duplicates are dropped across
-sources; documents are split by a hash of their path (98/1/1). The manifest records, per source, the
-package and version used, its licence and counts. Needs apt (``apt-get download``) and PyPI
-(``pip download``) once; the result travels as a pack (`fa_train.data.corpus_tokens`).
+Each source's files (less HTML pages that declare a language other than English) are converted to text
+by the rules of their markup (`fa_train.data.corpus_markup`: reST, POD or HTML), normalized, stripped
+of lines that repeat across >= 30% of that source's documents (navigation, footers), and kept when at
+least `MIN_CHARS` long. Exact duplicates are dropped across sources; documents are split by a hash of
+their path (98/1/1). The manifest records, per source, the package and version used, its licence and
+counts. Needs apt (``apt-get download``) and PyPI (``pip download``) once; the result travels as a
+pack (`fa_train.data.corpus_tokens`).
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from typing import Iterable, Iterator
 
 from fa_train.data import corpus_fetch as fetch
 from fa_train.data.corpus import APT_DOCS, Document, corpus_ready, write_corpus
-from fa_train.data.corpus_markup import clean_text, drop_boilerplate, html_to_text, pod_to_text, rst_to_text
+from fa_train.data.corpus_markup import (clean_text, drop_boilerplate, html_language, html_to_text, pod_to_text,
+                                         rst_to_text)
 
-VERSION = 1  # of the extraction rules; part of the cache key
+VERSION = 2  # of the extraction rules; part of the cache key
 FRACTIONS = (0.98, 0.01, 0.01)
 MIN_CHARS = 500
 MARKUP = {"rst": rst_to_text, "pod": pod_to_text, "html": html_to_text}
@@ -125,15 +126,22 @@ def package_files(src: Source, downloads: Path) -> tuple[Iterator[tuple[str, byt
     return files, {"package": names[-1], "version": fetch.apt_version(names[-1])}
 
 
+def _english(src: Source, page: str) -> bool:
+    """HTML pages that declare another language (some packages mix translations in) are left out."""
+    return src.markup != "html" or html_language(page).split("-")[0] in ("", "en")
+
+
 def source_documents(src: Source, files: Iterable[tuple[str, bytes]], min_chars: int = MIN_CHARS
                      ) -> tuple[list[Document], dict]:
     """``src``'s files as cleaned documents (sorted by path) and counts of what was read and dropped."""
     convert = MARKUP[src.markup]
-    raw = sorted((path, clean_text(convert(data.decode("utf-8", errors="replace")))) for path, data in files)
+    pages = sorted((path, data.decode("utf-8", errors="replace")) for path, data in files)
+    english = [(path, page) for path, page in pages if _english(src, page)]
+    raw = [(path, clean_text(convert(page))) for path, page in english]
     texts = drop_boilerplate([t for _, t in raw])
     docs = [Document(f"{src.name}/{path}", text, src.name) for (path, _), text in zip(raw, texts)
             if len(text) >= min_chars]
-    return docs, {"files": len(raw), "too_short": len(raw) - len(docs)}
+    return docs, {"files": len(pages), "not_english": len(pages) - len(english), "too_short": len(raw) - len(docs)}
 
 
 def _read_source(job: tuple[Source, Path, int]) -> tuple[list[Document], dict]:

@@ -23,31 +23,33 @@ _COMMENT = re.compile(r"^(\s*)\.\.(\s.*)?$")
 _UNDERLINE = re.compile(r"^\s*([=\-~^\"'`#*+_:.<>])\1{2,}\s*$")
 _TABLE_RULE = re.compile(r"^\s*\+[-=+]*\+\s*$|^\s*=+( +=+)+\s*$")  # grid and simple table borders
 _FIELD = re.compile(r"^\s*:[\w -]+:(\s.*)?$")
-_ROLE = re.compile(r":[\w:.+-]+:`([^`]*)`")
-_LINK = re.compile(r"`([^`<]*?)\s*<[^`>]*>`_{1,2}")
-_REF = re.compile(r"`([^`]+)`_{1,2}")
-_LITERAL = re.compile(r"``(.+?)``")
-_EMPH = re.compile(r"(?<![\w*])\*{1,2}([^*\s][^*]*?)\*{1,2}(?![\w*])")
-_TITLE_REF = re.compile(r"(?<![\w`])`([^`]+)`(?![\w`])")
+_INLINE = r"(?:[^`\n]|\n(?![ \t]*\n))"  # inside backquotes: any text but a backquote or a blank line
+_ROLE = re.compile(rf":[\w:.+-]+:`({_INLINE}*)`")
+_LINK = re.compile(rf"`({_INLINE}*?)\s*<[^`>]*>`_{{1,2}}")
+_REF = re.compile(rf"`({_INLINE}+)`_{{1,2}}")
+_LITERAL = re.compile(rf"``({_INLINE}+?)``")
+_EMPH = re.compile(r"(?<![\w*])\*{1,2}([^*\s][^*\n]*?)\*{1,2}(?![\w*])")
+_TITLE_REF = re.compile(rf"(?<![\w`])`({_INLINE}+)`(?![\w`])")
 _SUBST = re.compile(r"\|(\w[\w -]*)\|_?")
 _FOOTNOTE = re.compile(r"\s?\[(#|\*|\d+|#\w+)\]_")
 
 
 def _role_text(m: re.Match) -> str:
     inner = m.group(1)
-    label = re.match(r"^(.*?)\s*<[^<>]*>$", inner)  # :ref:`text <target>` -> text
+    label = re.match(r"^(.*?)\s*<[^<>]*>$", inner, re.S)  # :ref:`text <target>` -> text
     return (label.group(1) if label else inner).lstrip("~!")
 
 
-def rst_inline(line: str) -> str:
-    line = _ROLE.sub(_role_text, line)
-    line = _LINK.sub(lambda m: m.group(1), line)
-    line = _LITERAL.sub(lambda m: m.group(1), line)
-    line = _REF.sub(lambda m: m.group(1), line)
-    line = _TITLE_REF.sub(lambda m: m.group(1), line)
-    line = _EMPH.sub(lambda m: m.group(1), line)
-    line = _FOOTNOTE.sub("", line)
-    return _SUBST.sub(lambda m: m.group(1), line)
+def rst_inline(text: str) -> str:
+    """Inline reST markup -> its text (roles, links, literals, emphasis may span lines, not paragraphs)."""
+    text = _ROLE.sub(_role_text, text)
+    text = _LINK.sub(lambda m: m.group(1), text)
+    text = _LITERAL.sub(lambda m: m.group(1), text)
+    text = _REF.sub(lambda m: m.group(1), text)
+    text = _TITLE_REF.sub(lambda m: m.group(1), text)
+    text = _EMPH.sub(lambda m: m.group(1), text)
+    text = _FOOTNOTE.sub("", text)
+    return _SUBST.sub(lambda m: m.group(1), text)
 
 
 def rst_to_text(text: str) -> str:
@@ -73,7 +75,7 @@ def rst_to_text(text: str) -> str:
             else:
                 after_directive = True
                 if m.group(3) and not name.startswith(("code", "highlight", "literal")):
-                    out.append(m.group(1) + rst_inline(m.group(3)))
+                    out.append(m.group(1) + m.group(3))
             continue
         if _COMMENT.match(line):  # a comment, a link target or a substitution definition: its block goes
             skip_indent = indent
@@ -81,8 +83,8 @@ def rst_to_text(text: str) -> str:
         if _UNDERLINE.match(line) or _TABLE_RULE.match(line):
             continue
         line = re.sub(r"\s*::$", "", line) if line.strip() == "::" else re.sub(r"::$", ":", line.rstrip())
-        out.append(rst_inline(line))
-    return "\n".join(out)
+        out.append(line)
+    return rst_inline("\n".join(out))
 
 
 # ----------------------------------------------------------------------------- POD
@@ -151,7 +153,8 @@ _VOID_TAGS = {"br", "hr", "img", "input", "meta", "link", "wbr", "col", "area", 
 _SKIP_TAGS = {"head", "script", "style", "nav", "footer", "header", "noscript", "svg", "form", "button"}
 _SKIP_ROLES = {"navigation", "search", "contentinfo", "banner"}
 _SKIP_CLASSES = {"headerlink", "related", "sphinxsidebar", "breadcrumbs", "footer", "navigation", "navheader",
-                 "navfooter", "toc", "sidebar", "searchbox"}
+                 "navfooter", "toc", "sidebar", "searchbox", "copiable-anchor"}
+_HTML_LANG = re.compile(r"<html\b[^>]*?\blang=[\"']?([\w-]+)", re.IGNORECASE)
 
 
 def _skipped(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
@@ -208,6 +211,12 @@ def html_to_text(text: str) -> str:
     parser.feed(text)
     parser.close()
     return "".join(parser.parts)
+
+
+def html_language(page: str) -> str:
+    """The language a page declares on its ``<html lang=...>`` element, lowercased ('' when none)."""
+    m = _HTML_LANG.search(page[:4096])
+    return m.group(1).lower() if m else ""
 
 
 # ----------------------------------------------------------------------------- normalization

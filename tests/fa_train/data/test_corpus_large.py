@@ -29,6 +29,7 @@ def _contents() -> dict[str, dict[str, bytes]]:
             for i in range(25)}
     html["html/copy.html"] = f"<h1>Title 3</h1><p>{bodies[3]}</p><p>Copyright B team</p>"  # rst-docs' d03
     html["html/index.html"] = "<p>" + "index " * 200 + "</p>"
+    html["html/traducao.html"] = "<html lang='pt-br'><p>" + "Visão geral do servidor. " * 40 + "</p></html>"
     pod = {f"pod/m{i}.pod": f"=head1 NAME\n\nm{i} - B<module>\n\n{body()}\n=cut\n" for i in range(6)}
     files = {"rst-docs": rst, "html-docs": html, "pod-docs": pod}
     return {k: {p: t.encode() for p, t in v.items()} for k, v in files.items()}
@@ -68,7 +69,8 @@ def test_prepare_large_cleans_dedups_and_splits_by_document(fake_packages, tmp_p
     m = json.loads((paths["train"].parent / "manifest.json").read_text())
     assert m["sources"]["html-docs"]["duplicates"] == 1 and m["packages"]["rst-docs"]["too_short"] == 1
     assert m["packages"]["pod-docs"] == {"package": "pkg-c", "version": "1.0", "licence": "Artistic-1.0-Perl",
-                                         "markup": "pod", "files": 6, "too_short": 0}
+                                         "markup": "pod", "files": 6, "not_english": 0, "too_short": 0}
+    assert m["packages"]["html-docs"]["not_english"] == 1 and "Visão" not in texts
     assert m["params"] == corpus_large.large_params()
 
 

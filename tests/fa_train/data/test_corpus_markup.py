@@ -1,7 +1,8 @@
 """Markup to text: reST, POD, HTML, normalization and boilerplate removal."""
 from __future__ import annotations
 
-from fa_train.data.corpus_markup import clean_text, drop_boilerplate, html_to_text, pod_to_text, rst_to_text
+from fa_train.data.corpus_markup import (clean_text, drop_boilerplate, html_language, html_to_text, pod_to_text,
+                                         rst_to_text)
 
 RST = """.. _tut:
 
@@ -20,7 +21,9 @@ Title here
 
 .. function:: open(file, mode='r')
 
-   Open *file*; see :ref:`the tutorial <tut>` and |version| [#]_.
+   Open *file*; see :ref:`the tutorial <tut>` and |version| [#]_, or :ref:`the long
+   section name <long>` and ``a
+   literal``.
 
 +-----+-----+
 | a   | b   |
@@ -37,7 +40,8 @@ def test_rst_keeps_prose_and_code_and_drops_markup():
     assert "Title here" in text and "=====" not in text
     assert "toctree" not in text and "maxdepth" not in text and "intro" not in text and ":class:" not in text
     assert "Use len, code, Python, em and strong." in text
-    assert "open(file, mode='r')" in text and "see the tutorial and version." in text
+    assert "open(file, mode='r')" in text and "see the tutorial and version, or the long\n   section name and a\n" in text
+    assert "   literal." in text
     assert "Example:\n" in text and ">>> print(1)" in text and "+-----+" not in text and "| a   | b   |" in text
     assert ".. " not in text and "_tut" not in text
 
@@ -79,7 +83,7 @@ def test_pod_keeps_headings_items_text_and_verbatim():
 def test_html_keeps_visible_text_and_pre():
     page = ("<html><head><title>T</title><style>p{}</style></head><body><nav>Home | Next</nav>"
             "<div class='related' role='navigation'><div><a>Up</a></div> &raquo;</div>"
-            "<h1>Heading<a class='headerlink' href='#h'>\u00b6</a></h1><br>"
+            "<h1>Heading<a class='headerlink' href='#h'>\u00b6</a><a class='copiable-anchor'>\u00b6</a></h1><br>"
             "<p>Some   <b>bold</b>\n text &amp; more.</p><pre>  x = 1\n  y = 2</pre>"
             "<script>var a;</script><ul><li>one</li><li>two</li></ul></body></html>")
     text = clean_text(html_to_text(page))
@@ -87,6 +91,11 @@ def test_html_keeps_visible_text_and_pre():
     assert "  x = 1\n  y = 2" in text and "one\n" in text and "two" in text
     assert "Home" not in text and "Up" not in text and "\u00b6" not in text and "\u00bb" not in text
     assert "var a" not in text and "p{}" not in text and "T\n" not in text
+
+
+def test_html_language_reads_the_html_element():
+    assert html_language('<!DOCTYPE html>\n<html lang="pt-BR"><head>') == "pt-br"
+    assert html_language("<html xmlns='x' lang=en>") == "en" and html_language("<p>no html element</p>") == ""
 
 
 def test_clean_text_normalizes_whitespace_and_removes_the_separator():
