@@ -25,7 +25,7 @@ from fa_train.data.corpus import APT_DOCS, Document, corpus_ready, write_corpus
 from fa_train.data.corpus_markup import (clean_text, drop_boilerplate, html_language, html_to_text, pod_to_text,
                                          rst_to_text)
 
-VERSION = 2  # of the extraction rules; part of the cache key
+VERSION = 3  # of the extraction rules; part of the cache key
 FRACTIONS = (0.98, 0.01, 0.01)
 MIN_CHARS = 500
 MARKUP = {"rst": rst_to_text, "pod": pod_to_text, "html": html_to_text}

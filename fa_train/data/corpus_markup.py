@@ -153,7 +153,7 @@ _VOID_TAGS = {"br", "hr", "img", "input", "meta", "link", "wbr", "col", "area", 
 _SKIP_TAGS = {"head", "script", "style", "nav", "footer", "header", "noscript", "svg", "form", "button"}
 _SKIP_ROLES = {"navigation", "search", "contentinfo", "banner"}
 _SKIP_CLASSES = {"headerlink", "related", "sphinxsidebar", "breadcrumbs", "footer", "navigation", "navheader",
-                 "navfooter", "toc", "sidebar", "searchbox", "copiable-anchor"}
+                 "navfooter", "toc", "sidebar", "searchbox", "copiable-anchor", "permalink"}
 _HTML_LANG = re.compile(r"<html\b[^>]*?\blang=[\"']?([\w-]+)", re.IGNORECASE)
 
 

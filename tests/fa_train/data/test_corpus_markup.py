@@ -83,7 +83,8 @@ def test_pod_keeps_headings_items_text_and_verbatim():
 def test_html_keeps_visible_text_and_pre():
     page = ("<html><head><title>T</title><style>p{}</style></head><body><nav>Home | Next</nav>"
             "<div class='related' role='navigation'><div><a>Up</a></div> &raquo;</div>"
-            "<h1>Heading<a class='headerlink' href='#h'>\u00b6</a><a class='copiable-anchor'>\u00b6</a></h1><br>"
+            "<h1>Heading<a class='headerlink' href='#h'>\u00b6</a><a class='copiable-anchor'>\u00b6</a></h1>"
+            "<h2>Sub<a class='permalink' title='Permanent link'>&para;</a></h2><br>"
             "<p>Some   <b>bold</b>\n text &amp; more.</p><pre>  x = 1\n  y = 2</pre>"
             "<script>var a;</script><ul><li>one</li><li>two</li></ul></body></html>")
     text = clean_text(html_to_text(page))
