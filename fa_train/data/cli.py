@@ -1,11 +1,12 @@
 """`fa-data`: prepare data sets ahead of training.
 
-    fa-data corpus --cache-dir DIR [--tokenizer bpe|gpt2|wordpiece] [--vocab-size N] [--seq-len N]
+    fa-data corpus --cache-dir DIR [--preset python-docs|large] [--tokenizer bpe|gpt2|wordpiece]
+                   [--vocab-size N] [--seq-len N] [--pack DIR | --from-pack DIR]
     fa-data gpt2-bpe --cache-dir DIR
     fa-data listops --out DIR ...        (fa_train.data.lra.listops)
     fa-data pathfinder --out DIR ...     (fa_train.data.lra.pathfinder)
 
-``corpus`` fetches the offline Python-docs corpus, builds the tokenizer and writes the token memmaps
+``corpus`` fetches an offline corpus preset, builds the tokenizer and writes the token memmaps
 exactly where the training configs look for them (same cache keys), so a later ``fa-train`` with the
 same ``paths.cache_dir`` reuses them. ``--tokenizer wordpiece`` prepares the MLM (BERT) data instead.
 """
@@ -22,6 +23,23 @@ from rich.table import Table
 from fa_train.errors import check_int
 
 console = Console()
+CORPUS_HELP = """Prepare an offline corpus preset (see fa_train.data.corpus) and tokenize it where the training
+configs look for it, then print documents and tokens per split and source and the document lengths.
+
+  python-docs  the default job's corpus: the Python docs from whichever python3.X-doc apt offers, else
+               the Django docs from PyPI (one line says which); ~3M tokens, byte-level BPE by default.
+  large        >= 30M GPT-2 tokens of English documentation from Debian/Ubuntu packages and PyPI sdists
+               (Linux kernel, Perl, Python, PostgreSQL, Django, ...), deduplicated and split by document;
+               per-source tokens and licences in <cache-dir>/corpus/large/manifest.json. Needs apt-get
+               and pip with registry access once (about 6 CPU-minutes); config: data=lm_large.
+
+To train on a machine without registry access, pack the tokens (a folder of ~25 MB: xz-compressed
+uint16 memmaps, the tokenizer and the manifests) and restore them there (seconds, no network):
+
+  here:   fa-data corpus --preset large --cache-dir .cache --num-proc 2 --pack .cache/packs/corpus-large
+  there:  fa-data corpus --preset large --cache-dir .cache --from-pack .cache/packs/corpus-large
+          fa-train experiment=gpt2/small-flash data=lm_large ...   (paths.cache_dir: .cache, the default)
+"""
 
 # the smallest valid value of each integer option, in whichever subcommand has it
 INT_OPTION_MINIMUMS = {"n": 1, "n_train": 1, "n_val": 1, "n_test": 1, "workers": 1, "num_proc": 1,
@@ -32,39 +50,89 @@ def _stages():
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
 
 
-def _corpus(args) -> int:
-    from fa_train.data.corpus import prepare_python_docs
+def _corpus_module(args):
+    if args.tokenizer == "wordpiece":
+        from fa_train.data.mlm import MLMDataModule
+        return MLMDataModule(source=args.preset, cache_dir=args.cache_dir, vocab_size=args.vocab_size,
+                             seq_len=args.seq_len, num_proc=args.num_proc)
+    from fa_train.data.lm import LMDataModule
+    return LMDataModule(source=args.preset, cache_dir=args.cache_dir, tokenizer=args.tokenizer,
+                        vocab_size=args.vocab_size, seq_len=args.seq_len, num_proc=args.num_proc)
 
-    with _stages() as progress:
-        t = progress.add_task("fetching the Python docs corpus (apt-get download python3.11-doc)", total=1)
-        files = prepare_python_docs(args.cache_dir)
-        progress.update(t, completed=1)
-        t = progress.add_task(f"tokenizing with {args.tokenizer}", total=1)
-        if args.tokenizer == "wordpiece":
-            from fa_train.data.mlm import MLMDataModule
-            dm = MLMDataModule(cache_dir=args.cache_dir, vocab_size=args.vocab_size, seq_len=args.seq_len,
-                               num_proc=args.num_proc)
-        else:
-            from fa_train.data.lm import LMDataModule
-            dm = LMDataModule(cache_dir=args.cache_dir, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-                              seq_len=args.seq_len, num_proc=args.num_proc)
-        dm.prepare_data()
-        dm.setup()
-        progress.update(t, completed=1)
-    table = Table(title=f"python-docs, tokenizer {args.tokenizer} (vocab {dm.vocab_size}), seq_len {args.seq_len}")
-    for col in ("split", "documents", "tokens", "examples"):
-        table.add_column(col, justify="left" if col == "split" else "right")
+
+def _corpus(args) -> int:
     import json
-    manifest = json.loads((files["train"].parent / "manifest.json").read_text())["splits"]
-    meta = json.loads((dm.data_dir / "meta.json").read_text())
-    for split, path in files.items():
-        table.add_row(split, f"{manifest[split]['documents']:,}", f"{meta['num_tokens'][split]:,}",
-                      f"{len(dm.datasets[split]):,}")
-    console.print(table)
-    console.print(f"corpus (JSONL per split): {files['train'].parent}", soft_wrap=True)
-    console.print(f"tokens ({meta['dtype']} memmap per split, tokenizer.json, meta.json), "
-                  f"{'reused' if dm.cache_hit else 'written'}: {dm.data_dir}", soft_wrap=True)
+
+    from fa_train.data import corpus_tokens
+    from fa_train.data.corpus import prepare_preset
+
+    for name in ("num_proc", "seq_len", "vocab_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
+    args.tokenizer = args.tokenizer or ("gpt2" if args.preset == "large" else "bpe")
+    args.seq_len = args.seq_len or (1024 if args.preset == "large" else 256)
+    if args.from_pack:
+        lm_dir = corpus_tokens.unpack(Path(args.from_pack), Path(args.cache_dir))
+        dm = _corpus_module(args)
+        if dm.data_dir != lm_dir:
+            raise ValueError(f"--from-pack {args.from_pack} holds {lm_dir.name}, but --preset {args.preset} "
+                             f"--tokenizer {args.tokenizer} reads {dm.data_dir.name}; "
+                             f"use the options it was packed with")
+        dm.setup()
+        manifest = json.loads((lm_dir / "manifest.json").read_text())
+        console.print(f"unpacked into {lm_dir}", soft_wrap=True)
+    else:
+        with _stages() as progress:
+            t = progress.add_task(f"preparing the {args.preset} corpus (apt-get/pip download, once)", total=1)
+            files = prepare_preset(args.preset, args.cache_dir, workers=args.num_proc)
+            progress.update(t, completed=1)
+            t = progress.add_task(f"tokenizing with {args.tokenizer}", total=1)
+            dm = _corpus_module(args)
+            dm.prepare_data()
+            dm.setup()
+            progress.update(t, completed=1)
+        manifest_path = files["train"].parent / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        if args.tokenizer != "wordpiece":
+            manifest.setdefault("tokens", {})[args.tokenizer] = corpus_tokens.token_stats(files, dm.data_dir)
+            manifest_path.write_text(json.dumps(manifest, indent=2))
+        console.print(f"corpus (JSONL per split, manifest.json): {files['train'].parent}", soft_wrap=True)
+        console.print(f"tokens ({args.tokenizer}), {'reused' if dm.cache_hit else 'written'}: {dm.data_dir}",
+                      soft_wrap=True)
+        if args.pack:
+            info = corpus_tokens.pack(dm.data_dir, manifest_path, Path(args.pack))
+            size = sum(p.stat().st_size for p in Path(args.pack).iterdir())
+            console.print(f"pack: {args.pack} ({size / 2**20:.1f} MiB) for {info['lm_dir']}", soft_wrap=True)
+    _corpus_tables(args, dm, manifest)
     return 0
+
+
+def _corpus_tables(args, dm, manifest: dict) -> None:
+    table = Table(title=f"{args.preset}, tokenizer {args.tokenizer} (vocab {dm.vocab_size}), seq_len {args.seq_len}")
+    for col in ("split", "documents", "examples"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    for split, rec in manifest["splits"].items():
+        table.add_row(split, f"{rec['documents']:,}", f"{len(dm.datasets[split]):,}")
+    console.print(table)
+    stats = manifest.get("tokens", {}).get(args.tokenizer)
+    if stats is None:
+        return
+    table = Table(title="tokens per source")
+    for col in ("source", "package", "licence", "documents", "tokens"):
+        table.add_column(col, justify="right" if col in ("documents", "tokens") else "left")
+    packages = manifest.get("packages", {})
+    for name, rec in stats["sources"].items():
+        pkg = packages.get(name, {})
+        table.add_row(name, f"{pkg.get('package', name)} {pkg.get('version', '')}".strip(), pkg.get("licence", ""),
+                      f"{rec['documents']:,}", f"{rec['tokens']:,}")
+    table.add_row("total", "", "", f"{stats['document_length']['documents']:,}",
+                  f"{stats['document_length']['tokens']:,}")
+    console.print(table)
+    d = stats["document_length"]
+    console.print("document length (tokens): " + ", ".join(f"{k} {v:,}" for k, v in d["percentiles"].items())
+                  + f", mean {d['mean']:,}, max {d['max']:,}")
+    console.print("tokens in documents of at least N tokens: "
+                  + ", ".join(f"{n}: {v['token_share']:.0%}" for n, v in d["at_least"].items()))
 
 
 def _gpt2_bpe(args) -> int:
@@ -89,15 +157,25 @@ def _unavailable(name: str, err: Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fa_train.data.corpus import PRESETS
+
     parser = argparse.ArgumentParser(prog="fa-data", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("corpus", help="prepare and tokenize the offline Python-docs corpus")
+    p = sub.add_parser("corpus", help="prepare and tokenize an offline corpus (python-docs or large)",
+                       description=CORPUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cache-dir", required=True, help="the cache directory (the configs' paths.cache_dir)")
-    p.add_argument("--tokenizer", default="bpe", choices=["bpe", "gpt2", "wordpiece"])
+    p.add_argument("--preset", default="python-docs", choices=list(PRESETS),
+                   help="python-docs: the default job's (~3M tokens); large: >= 30M GPT-2 tokens")
+    p.add_argument("--tokenizer", default=None, choices=["bpe", "gpt2", "wordpiece"],
+                   help="default: bpe for python-docs, gpt2 for large")
     p.add_argument("--vocab-size", type=int, default=8192, help="for the trained tokenizers (bpe, wordpiece)")
-    p.add_argument("--seq-len", type=int, default=256, help="window length (max_seq_len for wordpiece/MLM)")
-    p.add_argument("--num-proc", type=int, default=1, help="tokenizer processes")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="window length (max_seq_len for wordpiece/MLM); default 256, 1024 for large")
+    p.add_argument("--num-proc", type=int, default=1, help="processes (tokenizer; sources read at a time)")
+    carry = p.add_mutually_exclusive_group()
+    carry.add_argument("--pack", metavar="DIR", help="also write the compressed pack of the tokens into DIR")
+    carry.add_argument("--from-pack", metavar="DIR", help="restore the tokens from a pack (no download, no tokenizing)")
     p.set_defaults(func=_corpus)
 
     p = sub.add_parser("gpt2-bpe", help="fetch the GPT-2 BPE files (vocab.json, merges.txt) into the cache")

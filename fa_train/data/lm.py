@@ -1,7 +1,8 @@
 """Language-model data: any text source -> tokenizer -> one cached token memmap per split -> windows.
 
 Sources (``source``):
-- ``"python-docs"``: the offline default corpus (`fa_train.data.corpus`), with its own val/test splits;
+- a corpus preset, ``"python-docs"`` (the offline default) or ``"large"`` (`fa_train.data.corpus`), with
+  its own val/test splits;
 - ``"text"``, ``"json"``, ``"parquet"``, ``"csv"``: local files via ``datasets.load_dataset(fmt,
   data_files=...)``; ``data_files`` is a path, a list of paths, or {split: path(s)};
 - anything else: a `datasets` hub name (e.g. ``"openwebtext"``), which needs the network.
@@ -92,16 +93,17 @@ def _files_identity(data_files: Any, fmt: str | None = None) -> Any:
 
 
 def source_identity(source: str, data_files: Any = None, text_field: str = "text", dataset_config: str | None = None,
-                    val_fraction: float = 0.0005, test_fraction: float = 0.0005, split_seed: int = 0) -> dict:
+                    val_fraction: float = 0.0005, test_fraction: float = 0.0005, split_seed: int = 0,
+                    cache_dir: str | Path = "data_cache") -> dict:
     """What determines the raw text of each split (for cache keys); validates the arguments."""
     if source in FILE_FORMATS and not data_files:
         raise UserError(f"data.data_files is required for data.source={source!r} "
                         "(a path, a list of paths or {split: path})")
     ident = {"source": source, "data_files": _files_identity(data_files, source) if data_files else None,
              "text_field": text_field, "dataset_config": dataset_config}
-    if source == "python-docs":
-        from fa_train.data.corpus import FRACTIONS
-        return {**ident, "corpus": "python3.11-doc", "fractions": FRACTIONS}
+    from fa_train.data.corpus import PRESETS, preset_identity
+    if source in PRESETS:
+        return {**ident, **preset_identity(source, cache_dir)}
     if isinstance(data_files, dict) and {"validation", "test"} <= {_SPLIT_ALIASES.get(k, k) for k in data_files}:
         return ident  # nothing is split off train
     return {**ident, "val_fraction": val_fraction, "test_fraction": test_fraction, "split_seed": split_seed}
@@ -132,9 +134,9 @@ def load_text_splits(source: str, cache_dir: str | Path, data_files: Any = None,
     import datasets
 
     hf_cache = str(Path(cache_dir) / "hf_datasets")
-    if source == "python-docs":
-        from fa_train.data.corpus import prepare_python_docs
-        files = {s: str(p) for s, p in prepare_python_docs(cache_dir).items()}
+    from fa_train.data.corpus import PRESETS, prepare_preset
+    if source in PRESETS:
+        files = {s: str(p) for s, p in prepare_preset(source, cache_dir).items()}
         dd = datasets.load_dataset("json", data_files=files, cache_dir=hf_cache)
     elif source in FILE_FORMATS:
         if not data_files:
@@ -290,7 +292,7 @@ class TextDataModule(L.LightningDataModule):
         self.cache_dir, self.seed, self.split_seed = Path(cache_dir), seed, split_seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self._src = source_identity(source, self.data_files, text_field, dataset_config, val_fraction,
-                                    test_fraction, split_seed)
+                                    test_fraction, split_seed, cache_dir)
         self.vocab_size: int | None = None
         self.cache_hit: bool | None = None  # after prepare_data/setup: whether the cache was reused
         self.datasets: dict[str, Dataset] = {}

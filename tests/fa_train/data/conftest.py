@@ -47,6 +47,7 @@ def fake_python_docs(monkeypatch, tmp_path_factory):
     import fa_train.data.corpus as corpus
 
     src = make_sources(tmp_path_factory.mktemp("pydocs") / "_sources")
-    monkeypatch.setattr(corpus, "fetch_python_docs", lambda cache_dir: src)
+    monkeypatch.setattr(corpus, "default_origin", lambda cache_dir: corpus.DocsOrigin("python3.11-doc", "apt"))
+    monkeypatch.setattr(corpus, "fetch_python_docs", lambda cache_dir, origin: src)
     monkeypatch.setattr(corpus, "FRACTIONS", FRACTIONS)
     return src

