@@ -163,11 +163,15 @@ def test_cli_with_montage(tmp_path, capsys):
 @pytest.mark.parametrize("flag,value", [("--n", "0"), ("--n", "-3"), ("--workers", "0"),
                                         ("--num-distractors", "-1"), ("--n", "ten")])
 def test_cli_rejects_bad_counts_in_one_line(tmp_path, capsys, flag, value):
-    with pytest.raises(SystemExit) as exc:
-        fa_data(["pathfinder", "--out", str(tmp_path), "--no-progress", flag, value])
-    assert exc.value.code == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
-    assert len(err) == 1 and f"argument {flag}" in err[0]
+    try:
+        code = fa_data(["pathfinder", "--out", str(tmp_path), "--no-progress", flag, value])
+    except SystemExit as exc:        # argparse: not a number at all
+        code = exc.code
+    assert code not in (0, None)
+    captured = capsys.readouterr()
+    said = [line for line in (captured.out + captured.err).splitlines()
+            if flag in line and "error" in line or "is invalid" in line]
+    assert len(said) == 1, said
     assert not (tmp_path / "pathfinder32").exists()
 
 

@@ -66,32 +66,20 @@ def _cli(args) -> int:
     return 0
 
 
-def _at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-    return parse
-
-
 def register_cli(subparsers) -> None:
     """Add `fa-data pathfinder ...` to an argparse subparsers object (handler in `func`)."""
     p = subparsers.add_parser("pathfinder", help="generate Pathfinder / Path-X / Path-256 images")
     p.add_argument("--resolution", type=int, default=32, choices=list(RESOLUTIONS))
     p.add_argument("--difficulty", default="hard", choices=list(DIFFICULTIES))
-    p.add_argument("--n", type=_at_least(1), default=1000, help="number of images (>= 1)")
+    p.add_argument("--n", type=int, default=1000, help="number of images (>= 1)")
     p.add_argument("--out", required=True, help="output root (pathfinder{R}/... is created in it)")
-    p.add_argument("--workers", type=_at_least(1), default=1)
+    p.add_argument("--workers", type=int, default=1)
     p.add_argument("--format", default="npy", choices=list(FORMATS))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-distractors", type=_at_least(0), default=None,
+    p.add_argument("--num-distractors", type=int, default=None,
                    help="override K // distractor_length from the spec table (e.g. 17 for the "
                         "Path-X variant)")
     p.add_argument("--montage", default=None, help="write a grid PNG of the first images here")
-    p.add_argument("--montage-n", type=_at_least(1), default=32)
+    p.add_argument("--montage-n", type=int, default=32)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cli)
