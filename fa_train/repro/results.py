@@ -282,19 +282,20 @@ def lra():
     path = "reports/table3_lra/gpu/results.json"
     runs, data = _by_label(path, "task", "impl")
     impls = ("standard", "flash", "blocksparse")
-    lines = ["", f"Long-Range Arena on generated data, 300 steps (recipe table3_lra, scale gpu; `{path}`): "
-             "test accuracy (%) and tokens/s", "",
-             "| task | " + " | ".join(f"{i} acc | {i} tokens/s" for i in impls) + " |",
-             "|---|" + "---|---|" * len(impls)]
+    lines = ["", f"Long-Range Arena on generated data (recipe table3_lra, scale gpu; `{path}`): "
+             "test accuracy (%), optimizer steps run and tokens/s", "",
+             "| task | " + " | ".join(f"{i} acc | {i} steps | {i} tokens/s" for i in impls) + " |",
+             "|---|" + "---|---|---|" * len(impls)]
     for task in ("ListOps", "Pathfinder"):
         cells = []
         for i in impls:
             run = runs.get((task, i))
-            cells += [_metric(run, "test/acc", ".1f", scale=100),
+            cells += [_metric(run, "test/acc", ".1f", scale=100), _metric(run, "global_step", ".0f"),
                       _metric(run, "tokens_per_sec_per_device", ",.0f")]
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    lines.append(_hosts(data))
     path = "reports/table6_pathx/gpu/results.json"
-    runs, _ = _by_label(path, "task", "impl")
+    runs, data = _by_label(path, "task", "impl")
     lines += ["", f"Path-X (16K) and Path-256 (64K), 100 steps from scratch (recipe table6_pathx, scale gpu; "
               f"`{path}`): final training loss, tokens/s, peak GiB", "",
               "| task | attention | loss | tokens/s | peak GiB |", "|---|---|---|---|---|"]
