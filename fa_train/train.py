@@ -40,7 +40,8 @@ def train(cfg) -> dict:
     from hydra.utils import instantiate
 
     from fa_train.callbacks import LossHistory, RunRecord
-    from fa_train.utils.checkpoints import checkpoint_step, load_init_weights
+    from fa_train.models.loading import load_init_weights
+    from fa_train.utils.checkpoints import checkpoint_step
     from fa_train.utils.csv_log import trim_after
 
     _quiet(cfg)

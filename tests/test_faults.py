@@ -74,6 +74,7 @@ def test_full_disk_under_outputs_fails_in_one_line_and_spares_earlier_runs(
     assert exit_info.value.code == 2, err
     assert err[-1].startswith(f"fa-train: error: no space left on device writing {new_runs}/run/")
     assert not any("Traceback" in line for line in err)
+    assert not list(new_runs.rglob("*.tmp")) and not list(new_runs.rglob("*.partial*"))
     unchanged()
 
 

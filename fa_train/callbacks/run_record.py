@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import traceback
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.history import LossHistory
 from fa_train.callbacks.perf import PerfMonitor
 from fa_train.errors import is_oom
+from fa_train.utils.checkpoints import atomic_write
 from fa_train.utils.provenance import git_commit
 
 SUMMARY_KEYS = ["status", "global_step", "loss_start", "loss_end", "val/loss", "val/ppl",
@@ -118,11 +118,8 @@ class RunRecord(L.Callback):
             self.print_summary()
 
     def write(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        path = self.out_dir / "metrics.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.metrics, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, path)
+        text = json.dumps(self.metrics, indent=2, sort_keys=True, default=str)
+        atomic_write(self.out_dir / "metrics.json", lambda tmp: tmp.write_text(text))
 
     def print_summary(self) -> None:
         m = self.metrics

@@ -1,2 +1,2 @@
 """Helpers shared by train.py, the datamodules and tests: run folders, checkpoints and resume,
-resumable sampling, errors, provenance, fake data."""
+resumable sampling, provenance."""

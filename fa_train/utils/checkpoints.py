@@ -45,11 +45,16 @@ def commit(tmp: str | Path, path: str | Path) -> Path:
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """``write(tmp)`` to `partial_path`, then `commit` it to `path`."""
+    """``write(tmp)`` to `partial_path`, then `commit` it to `path`; a failed write (a full disk)
+    leaves `path` as it was and no partial file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_path(path)
-    write(tmp)
+    try:
+        write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return commit(tmp, path)
 
 
@@ -159,24 +164,3 @@ def find_resume_checkpoint(resume: Any, current: dict, experiment_dir: str | Pat
     found = _pick(cands, current, strict=True, log=log)
     log(f"resume: continuing from {found}")
     return ResumePoint(found, _run_dir(found))
-
-
-def load_init_weights(model, path: str | Path) -> None:
-    """Initialize model weights from a checkpoint (Lightning .ckpt, a run folder, or a plain
-    state dict); sequence classifiers interpolate learned 2D position grids to their image size
-    (e.g. Path-64 -> Path-X)."""
-    import torch
-    from fa_train.models.classifier import SequenceClassifier, load_with_position_interpolation
-    p = Path(str(path)).expanduser()
-    if p.is_dir():
-        p = p / "checkpoints" / "last.ckpt"
-    if not p.is_file():
-        raise FileNotFoundError(f"init_from checkpoint not found: {p}")
-    state = torch.load(p, map_location="cpu", weights_only=False)
-    sd = state.get("state_dict", state)
-    sd = {k[len("model."):] if k.startswith("model.") else k: v for k, v in sd.items()}
-    if isinstance(model, SequenceClassifier):
-        load_with_position_interpolation(model, sd)
-    else:
-        model.load_state_dict(sd)
-    print(f"[fa-train] initialized model weights from {p}")

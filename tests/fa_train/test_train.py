@@ -23,7 +23,7 @@ except ImportError:
 CPU = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.precision=32-true",
        "trainer.strategy=auto", "callbacks.progress=null", "trainer.log_every_n_steps=1"]
 TINY_CLS = ["model.n_layer=1", "model.d_model=16", "model.n_head=2", "model.d_ff=32"]
-FAKE = "fa_train.utils.fake_data."
+FAKE = "fa_train.data.fake."
 
 
 def make_cfg(tmp_path, experiment, overrides=(), data=None, steps=1):
@@ -295,7 +295,7 @@ def test_missing_user_data_names_the_path(tmp_path):
 
 def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
     from fa_train.models import LRAClassifier
-    from fa_train.utils.checkpoints import load_init_weights
+    from fa_train.models.loading import load_init_weights
     kw = dict(num_classes=2, vocab_size=256, n_layer=1, n_head=2, d_model=16, d_ff=16,
               pos_emb="learned", pool="cls", attention="sdpa")
     src = LRAClassifier(max_seq_len=16, image_size=4, **kw)

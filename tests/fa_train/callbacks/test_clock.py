@@ -12,7 +12,7 @@ os.environ.setdefault("FA_TRAIN_ROOT", str(REPO_ROOT))
 
 
 def _run(out: Path, steps: int, extra=()):
-    data = ["data._target_=fa_train.utils.fake_data.FakeLMDataModule", "data.vocab_size=64",
+    data = ["data._target_=fa_train.data.fake.FakeLMDataModule", "data.vocab_size=64",
             "+data.n_train=64", "data.seq_len=16", "data.batch_size=4"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[

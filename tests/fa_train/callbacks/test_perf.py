@@ -7,7 +7,7 @@ from fa_train.callbacks import LossHistory, PerfMonitor
 from fa_train.metrics.flops import transformer_flops_per_token
 from fa_train.models import GPT
 from fa_train.tasks import LanguageModelingTask
-from fa_train.utils.fake_data import FakeLMDataModule
+from fa_train.data.fake import FakeLMDataModule
 
 
 def test_perf_monitor_and_loss_history_on_cpu():

@@ -8,7 +8,7 @@ import torch
 from fa_train.callbacks import ProgressBar
 from fa_train.models import GPT
 from fa_train.tasks import LanguageModelingTask
-from fa_train.utils.fake_data import FakeLMDataModule
+from fa_train.data.fake import FakeLMDataModule
 
 
 def test_progress_bar_reads_metrics_only_when_it_redraws(monkeypatch):

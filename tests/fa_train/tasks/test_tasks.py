@@ -8,7 +8,7 @@ import torch
 from fa_train.models import GPT, BertForPreTraining, LRAClassifier
 from fa_train.tasks import ClassificationTask, LanguageModelingTask, MaskedLMTask
 from fa_train.tasks.optim import Lamb, build_optimizer, lr_multiplier
-from fa_train.utils.fake_data import (FakeClassificationDataModule, FakeLMDataModule,
+from fa_train.data.fake import (FakeClassificationDataModule, FakeLMDataModule,
                                       FakeMLMDataModule)
 
 

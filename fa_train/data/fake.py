@@ -1,7 +1,7 @@
 """Tiny random datamodules with the real batch formats, for tests and smoke runs without data.
 
 They accept (and ignore) any extra keyword, so a real data config can be retargeted:
-``data._target_=fa_train.utils.fake_data.FakeClassificationDataModule``.
+``data._target_=fa_train.data.fake.FakeClassificationDataModule``.
 Batch formats are those of fa_train.data: LM {"input_ids", "labels"}; MLM {"input_ids",
 "attention_mask", "token_type_ids", "labels" (-100 = not masked), "next_sentence_label"};
 classification {"input_ids" (B, N) or (B, 2, N), "attention_mask", "labels" (B,) or multi-hot (B, C)}.
