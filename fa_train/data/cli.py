@@ -43,7 +43,7 @@ uint16 memmaps, the tokenizer and the manifests) and restore them there (seconds
 
 # the smallest valid value of each integer option, in whichever subcommand has it
 INT_OPTION_MINIMUMS = {"n": 1, "n_train": 1, "n_val": 1, "n_test": 1, "workers": 1, "num_proc": 1,
-                       "seq_len": 1, "montage_n": 1, "num_distractors": 0}
+                       "seq_len": 1, "vocab_size": 1, "montage_n": 1, "num_distractors": 0}
 
 
 def _stages():
@@ -66,9 +66,6 @@ def _corpus(args) -> int:
     from fa_train.data import corpus_tokens
     from fa_train.data.corpus import prepare_preset
 
-    for name in ("num_proc", "seq_len", "vocab_size"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
     args.tokenizer = args.tokenizer or ("gpt2" if args.preset == "large" else "bpe")
     args.seq_len = args.seq_len or (1024 if args.preset == "large" else 256)
     if args.from_pack:

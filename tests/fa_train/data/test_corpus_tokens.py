@@ -87,8 +87,10 @@ def test_pack_restores_the_same_cache_and_rejects_a_corrupt_one(tokenized, tmp_p
         corpus_tokens.unpack(tmp_path, tmp_path / "other")
 
 
-@pytest.mark.parametrize("argv, message", [(["--num-proc", "0"], "--num-proc=0 must be >= 1"),
-                                           (["--seq-len", "-1"], "--seq-len=-1 must be >= 1")])
+@pytest.mark.parametrize("argv, message", [
+    (["--num-proc", "0"], "--num-proc=0 is invalid: expected an integer >= 1"),
+    (["--seq-len", "-1"], "--seq-len=-1 is invalid: expected an integer >= 1"),
+    (["--vocab-size", "0"], "--vocab-size=0 is invalid: expected an integer >= 1")])
 def test_corpus_command_rejects_bad_numbers(tmp_path, capsys, argv, message):
     assert cli.main(["corpus", "--cache-dir", str(tmp_path), *argv]) == 1
     assert message in capsys.readouterr().out
