@@ -1,26 +1,31 @@
-"""Triton FlashAttention kernels (dense and block-sparse) and their float64 ground truth."""
+"""Triton FlashAttention kernels (dense and block-sparse) and their float64 ground truth.
+
+The exports load on first use, so that `kernels.layouts` and `kernels.reference` (plain PyTorch)
+import where Triton is not installed, and `import kernels` costs nothing until a kernel is used.
+"""
+import importlib
+
 __fa_train_kernels__ = True  # marks this package as fa-train's (fa_train.check_kernels_package)
-from kernels.flash_attn import (
-    dropout_mask,
-    flash_attn_forward,
-    flash_attn_func,
-    flash_attn_qkvpacked_func,
-    flash_attn_varlen_func,
-    flash_attn_varlen_qkvpacked_func,
-    next_dropout_seed,
-)
-from kernels.reference import reference_attention
 
-__all__ = [
-    "dropout_mask",
-    "flash_attn_forward",
-    "flash_attn_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "next_dropout_seed",
-    "reference_attention",
-]
-from kernels.blocksparse import BlockSparseIndex, blocksparse_attn_func, causal_block_mask
+_HOMES = {
+    "dropout_mask": "kernels.flash_attn",
+    "flash_attn_forward": "kernels.flash_attn",
+    "flash_attn_func": "kernels.flash_attn",
+    "flash_attn_qkvpacked_func": "kernels.flash_attn",
+    "flash_attn_varlen_func": "kernels.flash_attn",
+    "flash_attn_varlen_qkvpacked_func": "kernels.flash_attn",
+    "next_dropout_seed": "kernels.flash_attn",
+    "reference_attention": "kernels.reference",
+    "BlockSparseIndex": "kernels.blocksparse",
+    "blocksparse_attn_func": "kernels.blocksparse",
+    "causal_block_mask": "kernels.blocksparse",
+}
+__all__ = sorted(_HOMES)
 
-__all__ += ["BlockSparseIndex", "blocksparse_attn_func", "causal_block_mask"]
+
+def __getattr__(name):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
