@@ -86,7 +86,7 @@ def check_loader_config(batch_size: int, eval_batch_size: int | None, num_worker
 
 def check_run_config(cfg) -> None:
     """The run-level keys that no constructor sees: trainer step/epoch counts, global batch size,
-    and the optional packages the chosen loggers need."""
+    pause_after, and the optional packages the chosen loggers need."""
     trainer = cfg.get("trainer") or {}
     for key in ("max_steps", "max_epochs"):
         value = trainer.get(key)
@@ -94,6 +94,10 @@ def check_run_config(cfg) -> None:
             check_int(f"trainer.{key}", value, low=1)
     if cfg.get("global_batch_size") is not None:
         check_int("global_batch_size", cfg.global_batch_size)
+    pause = cfg.get("pause_after")
+    if pause is not None and (isinstance(pause, bool) or not isinstance(pause, (int, float))
+                              or not pause > 0):
+        raise UserError(f"pause_after must be a positive number of minutes (or null), got {pause!r}")
     for name, logger in (cfg.get("logger") or {}).items():
         target = str((logger or {}).get("_target_", ""))
         for cls, (module, extra) in LOGGER_PACKAGES.items():

@@ -1,11 +1,13 @@
 """Training callbacks: throughput (tokens/s per GPU), MFU, peak memory, loss history and plot,
-the training clock, the run's checkpoint and its metrics.json record."""
+the training clock, pausing after a stretch of wall time, the run's checkpoint and its metrics.json
+record."""
 from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.clock import TrainingClock
 from fa_train.callbacks.history import LossHistory
+from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
 from fa_train.callbacks.progress import ProgressBar
 from fa_train.callbacks.run_record import RunRecord
 
-__all__ = ["LastCheckpoint", "LossHistory", "PerfMonitor", "ProgressBar", "RunRecord",
+__all__ = ["LastCheckpoint", "LossHistory", "PauseAfter", "PerfMonitor", "ProgressBar", "RunRecord",
            "TrainingClock"]

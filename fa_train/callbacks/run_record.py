@@ -1,6 +1,6 @@
 """``metrics.json``: what a run was and how it ended, written whether it succeeded or not.
 
-Keys: status ("running" | "ok" | "oom" | "failed"), error (and traceback when failed), experiment,
+Keys: status ("running" | "ok" | "paused" | "oom" | "failed"), error (and traceback when failed), experiment,
 git_commit, output_dir, resumed_from; from `describe`: attention (resolved), model, n_params,
 seq_len, batch_size, global_batch_size, accumulate_grad_batches, devices, precision; at the end:
 global_step, epoch, wall_time_s, every final logged metric (val/loss, val/ppl, val/acc, test/...),
@@ -23,6 +23,7 @@ import lightning as L
 
 from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.history import LossHistory
+from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
 from fa_train.errors import is_oom
 from fa_train.utils.checkpoints import atomic_write
@@ -67,7 +68,7 @@ class RunRecord(L.Callback):
         t0 = time.time()
         try:
             yield self
-            self.metrics["status"] = "ok"
+            self.metrics["status"] = "paused" if self.paused() else "ok"
         except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised unless OOM
             if not is_oom(exc):
                 self.metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
@@ -80,6 +81,11 @@ class RunRecord(L.Callback):
         finally:
             self.metrics["wall_time_s"] = round(time.time() - t0, 3)
             self._finish()
+
+    def paused(self) -> bool:
+        """True when training was stopped by `pause_after` (to be resumed), not finished."""
+        pause = self._callback(PauseAfter)
+        return bool(pause and pause.paused)
 
     def _callback(self, cls):
         callbacks = self.trainer.callbacks if self.trainer is not None else []

@@ -2,11 +2,14 @@
 
     fa-repro list
     fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process] [--jobs N]
+                 [--pause-after MINUTES]
     fa-repro report RECIPE [--scale S] [--out DIR]
     fa-repro results [--check]
 
 RECIPE is a name (`table3_lra`) or a path (`recipes/table3_lra.yaml`). The default output
-folder is reports/<recipe>/<scale>/. `results` renders README.md's results-at-a-glance table
+folder is reports/<recipe>/<scale>/. With --pause-after, each training run stops after MINUTES
+and keeps its checkpoint; the same command run again (on this or another machine, with the
+output folder carried over) continues the paused runs. `results` renders README.md's results-at-a-glance table
 and RESULTS.md's measured tables from the committed result files.
 """
 from __future__ import annotations
@@ -15,6 +18,17 @@ import argparse
 import sys
 
 from fa_train.repro.recipe import SCALES, RecipeError, list_recipe_paths, load_recipe
+
+
+def _minutes(text: str) -> float:
+    """--pause-after's value: a positive number of minutes."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of minutes, got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                         "their timings then share the GPU)")
     r.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each training run's checkpoints/ (deleted by default: GBs per run)")
+    r.add_argument("--pause-after", type=_minutes, default=None, metavar="MINUTES",
+                   help="pause each training run after MINUTES of wall time, keeping its "
+                        "checkpoint; running the recipe again continues it")
     r.add_argument("--no-report", action="store_true", help="do not render report.md afterwards")
     rep = sub.add_parser("report", help="render report.md and plots from a recipe's results")
     rep.add_argument("recipe")
@@ -88,16 +105,22 @@ def main(argv: list[str] | None = None) -> int:
         recipe = load_recipe(args.recipe)
         if args.command == "run":
             from fa_train.repro.report import render_report
-            from fa_train.repro.runner import InProcessExecutor, failed_runs, run_recipe
+            from fa_train.repro.runner import (InProcessExecutor, failed_runs, paused_runs,
+                                              run_recipe)
             executor = InProcessExecutor() if args.in_process else None
             data = run_recipe(recipe, args.scale, out_dir=args.out, only=args.only,
                               dry_run=args.dry_run, executor=executor, force=args.force,
-                              keep_checkpoints=args.keep_checkpoints, jobs=args.jobs)
+                              keep_checkpoints=args.keep_checkpoints, jobs=args.jobs,
+                              pause_after=args.pause_after)
             if args.dry_run:
                 return 0
             if not args.no_report:
                 path = render_report(recipe, args.scale, args.out)
                 print(f"report: {path}", file=sys.stderr)
+            paused = paused_runs(data)
+            if paused:
+                print(f"fa-repro: {len(paused)} run(s) paused ({', '.join(paused)}); run the same "
+                      "command again to continue them", file=sys.stderr)
             bad = failed_runs(data)
             if bad:
                 print(f"fa-repro: {len(bad)} run(s) failed: {', '.join(bad)}", file=sys.stderr)

@@ -6,9 +6,10 @@ Layout of an output folder (default ``reports/<recipe>/<scale>/``)::
     <run>/                the run's own folder: fa-train's run dir (metrics.json, metrics.csv,
                           loss_curve.png) or fa-bench's --out folder (JSON/CSV), plus run.log
 
-Statuses: ``ok``, ``oom`` (a result, not a crash: the run did not fit), ``failed``, ``timeout``,
-``dry-run``. A run whose entry says ``ok`` and whose result file still exists is skipped when the
-recipe is run again; every other status is retried.
+Statuses: ``ok``, ``oom`` (a result, not a crash: the run did not fit), ``paused`` (a training run
+stopped by ``--pause-after``, its checkpoint kept), ``failed``, ``timeout``, ``dry-run``. A run whose
+entry says ``ok`` and whose result file still exists is skipped when the recipe is run again; a
+paused run continues from its checkpoint (``resume=<run folder>``); every other status is retried.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -260,6 +261,8 @@ def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tup
         return "oom", "killed (SIGKILL: most likely the host ran out of memory)"
     if outcome.returncode != 0:
         return "failed", _error_line(outcome.output) or f"exit status {outcome.returncode}"
+    if reported == "paused":
+        return "paused", None
     if reported and reported != "ok":
         return ("failed", f"metrics.json status {reported!r}")
     if not has_result:
@@ -309,17 +312,41 @@ def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
     return bool(entry) and entry.get("status") == "ok" and bool(result_files(run, run_dir))
 
 
+def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
+    """A paused training run whose checkpoint is still in its folder."""
+    return (run.kind == "train" and bool(entry) and entry.get("status") == "paused"
+            and (run_dir / "checkpoints" / "last.ckpt").is_file())
+
+
+def with_session_overrides(run: Run, run_dir: Path, resuming: bool,
+                           pause_after: float | None) -> Run:
+    """The run with this invocation's own keys: ``resume`` (continue the paused run in
+    `run_dir`) and ``pause_after`` (minutes); other kinds of run are returned unchanged."""
+    if run.kind != "train":
+        return run
+    extra: dict[str, Any] = {}
+    if resuming:
+        extra["resume"] = str(run_dir)
+    if pause_after is not None:
+        extra["pause_after"] = pause_after
+    return replace(run, overrides={**run.overrides, **extra}) if extra else run
+
+
 def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                only: str | list[str] | None = None, dry_run: bool = False,
                executor: Executor | None = None, console=None, force: bool = False,
-               keep_checkpoints: bool = False, jobs: int = 1) -> dict[str, Any]:
+               keep_checkpoints: bool = False, jobs: int = 1,
+               pause_after: float | None = None) -> dict[str, Any]:
     """Run every run of `recipe` at `scale` that is not already done; return results.json's data.
 
     `jobs` > 1 runs that many at once (subprocesses sharing the machine and its GPU: for
     accuracy studies of small models, not for timings; each entry records `concurrent_runs`).
 
     Training checkpoints (checkpoints/ in each run folder; GBs at the gpu scale) are deleted
-    after each run unless `keep_checkpoints`: a recipe keeps metrics, not weights."""
+    after each run unless `keep_checkpoints`: a recipe keeps metrics, not weights.
+
+    `pause_after` (minutes) pauses each training run after that much wall time; the paused run
+    keeps its checkpoint, and running the recipe again continues it where it stopped."""
     from rich.console import Console
 
     console = console or Console(stderr=True)
@@ -353,18 +380,22 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         run_dir = out / run.name
         prefix = f"[{i}/{len(runs)}] {run.name}"
         with lock:
-            done = results.run(run.name)
-            if not force and is_done(done, run, run_dir):
-                if done.get("labels") != run.labels:  # labels only describe a run: follow the recipe
-                    results.record(run.name, dict(done, labels=run.labels))
+            prior = results.run(run.name)
+            if not force and is_done(prior, run, run_dir):
+                if prior.get("labels") != run.labels:  # labels only describe a run: follow the recipe
+                    results.record(run.name, dict(prior, labels=run.labels))
                 console.print(f"{prefix}: [green]ok[/] (done before, skipped)")
                 counts["skipped"] = counts.get("skipped", 0) + 1
                 return
+        resuming = resumable(prior, run, run_dir) and not force
+        run = with_session_overrides(run, run_dir, resuming, pause_after)
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in result_files(run, run_dir):   # a retried run must not pass on old files
             stale.unlink()
         release_run_dir(run_dir)                   # the retry takes the same folder
         started, t0 = now_iso(), time.perf_counter()
+        if resuming:
+            console.print(f"{prefix}: continuing from its checkpoint", highlight=False)
         if jobs > 1:
             console.print(f"{prefix}: started", highlight=False)
             outcome = executor(run, run_dir, run.timeout_s)
@@ -373,22 +404,26 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                                 f"{run.experiment or run.subcommand})…"):
                 outcome = executor(run, run_dir, run.timeout_s)
         duration = time.perf_counter() - t0
-        if not keep_checkpoints:
-            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         metrics = collect_metrics(run, run_dir)
         status, error = classify(outcome, metrics, bool(result_files(run, run_dir)))
+        if not keep_checkpoints and status != "paused":
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        if resuming:   # one run in several stretches: its first start, the sum of their durations
+            started = prior.get("started", started)
+            duration += float(prior.get("duration_s") or 0.0)
         entry = {"status": status, "kind": run.kind, "experiment": run.experiment,
                  "subcommand": run.subcommand, "overrides": run.overrides, "args": run.args,
                  "labels": run.labels, "command": run.command(run_dir), "run_dir": run.name,
                  "executor": type(executor).__name__, "started": started, "finished": now_iso(),
                  "duration_s": round(duration, 2), "concurrent_runs": jobs,
+                 "stretches": int(prior.get("stretches", 1)) + 1 if resuming else 1,
                  "returncode": outcome.returncode, "error": error, "metrics": metrics}
         if status != "ok":
             entry["output_tail"] = outcome.output[-TAIL_CHARS:]
         with lock:
             results.record(run.name, entry)
             counts[status] = counts.get(status, 0) + 1
-        colour = {"ok": "green", "oom": "yellow"}.get(status, "red")
+        colour = {"ok": "green", "oom": "yellow", "paused": "yellow"}.get(status, "red")
         console.print(f"{prefix}: [{colour}]{status}[/] in {duration:.1f} s"
                       + (f" — {error}" if error else ""), highlight=False)
 
@@ -405,8 +440,14 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
 
 
 def failed_runs(data: dict[str, Any]) -> list[str]:
-    """Runs whose status is neither ok nor oom (an OOM is a legitimate result)."""
-    return [n for n, e in data.get("runs", {}).items() if e.get("status") not in ("ok", "oom")]
+    """Runs whose status is not ok, oom (a legitimate result) or paused (to be continued)."""
+    return [n for n, e in data.get("runs", {}).items()
+            if e.get("status") not in ("ok", "oom", "paused")]
+
+
+def paused_runs(data: dict[str, Any]) -> list[str]:
+    """Training runs paused by `pause_after`, which running the recipe again continues."""
+    return [n for n, e in data.get("runs", {}).items() if e.get("status") == "paused"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -132,6 +132,31 @@ def test_resumed_run_continues_its_folder_with_one_metrics_csv(tmp_path):
     assert (out / "loss_curve.png").is_file()
 
 
+def test_paused_run_keeps_its_checkpoint_and_resume_finishes_it(tmp_path):
+    """pause_after stops at the first step past the limit: status "paused", checkpoint written,
+    no test pass; resume= continues to max_steps in the same folder and ends "ok"."""
+    data = fake_lm(n_train=24)
+    paused = train(make_cfg(tmp_path / "a", "default", SMALL + ["pause_after=1e-9", "run_test=true"],
+                            data=data, steps=6))
+    out = Path(paused["output_dir"])
+    assert paused["status"] == "paused" and paused["global_step"] == 1
+    assert not any(k.startswith("test/") for k in paused)
+    assert json.loads((out / "metrics.json").read_text())["status"] == "paused"
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 1
+    final = train(make_cfg(tmp_path / "b", "default", SMALL + [f"resume={out}", "run_test=true"],
+                           data=data, steps=6))
+    assert final["status"] == "ok" and final["global_step"] == 6 and "test/loss" in final
+    assert final["output_dir"] == str(out)
+    assert _csv_steps(out / "metrics.csv", "train/loss") == list(range(6))
+
+
+def test_pause_after_must_be_positive(tmp_path):
+    from fa_train.errors import UserError, check_run_config
+    for bad in (0, -1, "soon", True):
+        with pytest.raises(UserError, match="pause_after must be a positive number of minutes"):
+            check_run_config(OmegaConf.create({"trainer": {}, "pause_after": bad}))
+
+
 def test_resume_auto_skips_a_run_with_another_model_shape(tmp_path, capsys):
     debug = train(make_cfg(tmp_path, "default", SMALL + ["model.n_layer=2"], data=fake_lm(), steps=2))
     m = train(make_cfg(tmp_path, "default", SMALL + ["resume=auto"], data=fake_lm(), steps=2))

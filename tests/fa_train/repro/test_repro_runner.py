@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from fa_train.repro import cli
-from fa_train.repro.runner import Outcome, classify, failed_runs, run_recipe
+from fa_train.repro.runner import Outcome, classify, failed_runs, paused_runs, run_recipe
 
 
 class FakeExecutor:
@@ -29,6 +29,11 @@ class FakeExecutor:
             return Outcome(-9, "", timed_out=True)
         if how == "no-result":
             return Outcome(0, "finished")
+        if how == "pause":   # stopped by pause_after: checkpoint and metrics.json say so
+            (run_dir / "checkpoints").mkdir(exist_ok=True)
+            (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"state")
+            (run_dir / "metrics.json").write_text(json.dumps({"status": "paused", "global_step": 1}))
+            return Outcome(0, "")
         if run.kind == "bench":
             rows = [{"impl": "flash", "seqlen": 128, "pass": "fwd+bwd", "status": "ok", "ms": 1.0}]
             (run_dir / "attention.json").write_text(json.dumps({"rows": rows}))
@@ -99,12 +104,53 @@ def test_failures_and_oom_are_results_and_retried(mini_recipe, tmp_path):
     assert data["runs"]["bench"]["status"] == "ok"
 
 
+def test_paused_runs_keep_their_checkpoint_and_continue(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    fake = FakeExecutor({"base": "pause"})
+    data = run_recipe(mini_recipe, "smoke", out, executor=fake, console=quiet(), pause_after=7.5)
+    base = data["runs"]["base"]
+    first_duration, first_started = base["duration_s"], base["started"]
+    assert base["status"] == "paused" and base["stretches"] == 1
+    assert base["overrides"]["pause_after"] == 7.5 and "resume" not in base["overrides"]
+    assert (out / "base" / "checkpoints" / "last.ckpt").is_file()   # kept to continue
+    assert failed_runs(data) == [] and paused_runs(data) == ["base"]
+    assert "pause_after" not in data["runs"]["bench"]["overrides"]     # train runs only
+
+    again = FakeExecutor()
+    data = run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
+    assert again.calls == ["base"]                                   # only the paused run
+    base = data["runs"]["base"]
+    assert base["status"] == "ok" and base["stretches"] == 2
+    assert base["overrides"]["resume"] == str(out / "base")
+    assert base["duration_s"] >= first_duration and base["started"] == first_started
+    assert not (out / "base" / "checkpoints").exists()               # done: weights dropped
+
+
+def test_a_paused_run_without_its_checkpoint_starts_over(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause"}),
+               console=quiet(), only=["base"])
+    (out / "base" / "checkpoints" / "last.ckpt").unlink()
+    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor(), console=quiet(),
+                      only=["base"])
+    assert "resume" not in data["runs"]["base"]["overrides"]
+    assert data["runs"]["base"]["stretches"] == 1
+
+
+def test_pause_after_flag_rejects_non_positive_minutes(capsys):
+    for bad in ("0", "-3", "soon"):
+        with pytest.raises(SystemExit):
+            cli.main(["run", "mini", "--scale", "smoke", "--pause-after", bad])
+        assert "--pause-after: must be a positive number of minutes" in capsys.readouterr().err
+
+
 def test_classify():
     assert classify(Outcome(0, ""), {"status": "ok"}, True) == ("ok", None)
     assert classify(Outcome(0, ""), {}, False)[0] == "failed"            # no result file
     assert classify(Outcome(-9, ""), {}, False)[0] == "oom"              # SIGKILL: host OOM
     assert classify(Outcome(1, "RuntimeError: boom"), {}, False) == ("failed", "RuntimeError: boom")
     assert classify(Outcome(0, ""), {"status": "failed"}, True)[0] == "failed"
+    assert classify(Outcome(0, ""), {"status": "paused"}, True) == ("paused", None)
 
 
 def test_dry_run_runs_nothing(mini_recipe, tmp_path, capsys):

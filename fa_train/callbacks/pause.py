@@ -1,0 +1,31 @@
+"""Pausing a run after a stretch of wall time, to continue it later with ``resume=``.
+
+``pause_after=MINUTES`` (config) stops training at the first optimizer step after MINUTES of wall
+time in this process. The checkpoint is written as at any end of training, the test pass is
+skipped and metrics.json records status "paused"; ``resume=<run folder>`` continues at the same step
+and data position. Unlike ``trainer.max_time`` (a cap on the whole run, carried across resumes),
+the pause counts only this process's time: long runs fit machines lent for a few minutes.
+"""
+from __future__ import annotations
+
+import time
+
+import lightning as L
+
+
+class PauseAfter(L.Callback):
+    def __init__(self, minutes: float):
+        super().__init__()
+        if not minutes > 0:
+            raise ValueError(f"pause_after must be a positive number of minutes, got {minutes!r}")
+        self.limit_s = float(minutes) * 60.0
+        self.paused = False
+        self._t0 = time.monotonic()
+
+    def on_train_start(self, trainer, pl_module):
+        self._t0 = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if time.monotonic() - self._t0 >= self.limit_s and not trainer.should_stop:
+            self.paused = True
+            trainer.should_stop = True
