@@ -29,6 +29,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+import yaml
+
 from fa_train.repro.recipe import Recipe
 from fa_train.repro.runner import RESULTS_FILE, default_out_dir, load_json
 
@@ -391,12 +393,13 @@ def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
     drawn = 0
     for run in runs:
         entry = ours.runs.get(run)
-        if not entry or entry.get("status") != "ok":
+        if not entry or entry.get("status") not in ("ok", "paused"):
             continue
         xs, ys = read_loss_csv(ours.out_dir / entry.get("run_dir", run) / "metrics.csv", keys,
                                x_key=plot.get("x", "step"))
         if xs:
-            ax.plot(xs, ys, label=run, marker="." if len(xs) < 30 else None)
+            label = run + (" (paused: so far)" if entry.get("status") == "paused" else "")
+            ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
             drawn += 1
     if not drawn:
         plt.close(fig)
@@ -513,6 +516,28 @@ def _devices(ours: Ours) -> list[str]:
     return sorted(names)
 
 
+def paused_section(ours: Ours) -> list[str]:
+    """Lines describing the paused runs: how far each got and its last validation metrics
+    (their tables show "paused": a paused run has no final or test numbers)."""
+    paused = [(n, e) for n, e in ours.runs.items() if e.get("status") == "paused"]
+    if not paused:
+        return []
+    lines = ["## Runs in progress (paused)", "",
+             "Paused by `fa-repro run --pause-after`; the same command continues them from their "
+             "checkpoints. Values at the pause, not results.", "",
+             "| run | step | of | epoch | last validation | stretches |", "|---|---|---|---|---|---|"]
+    for name, e in paused:
+        m = e.get("metrics") or {}
+        config_file = ours.out_dir / e.get("run_dir", name) / "config.yaml"
+        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+        total = lookup(config, "trainer.max_steps")
+        val = ", ".join(f"{k} {fmt_value(v)}" for k, v in sorted(m.items())
+                        if k.startswith("val/") and isinstance(v, (int, float)))
+        lines.append(f"| {name} | {m.get('global_step', MISSING)} | {total or MISSING} | "
+                     f"{m.get('epoch', MISSING)} | {val or MISSING} | {e.get('stretches', 1)} |")
+    return lines + [""]
+
+
 def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None) -> Path:
     """Write <out>/report.md and its PNGs; return the report's path."""
     out = Path(out_dir) if out_dir else default_out_dir(recipe, scale)
@@ -560,7 +585,8 @@ def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None)
             title = plot.get("title", fname)
             lines += ([f"![{title}]({fname})", ""] if made
                       else [f"_{title}: no data yet (no finished run has the values)._", ""])
-    problems = [(n, e) for n, e in ours.runs.items() if e.get("status") != "ok"]
+    lines += paused_section(ours)
+    problems = [(n, e) for n, e in ours.runs.items() if e.get("status") not in ("ok", "paused")]
     if problems:
         lines += ["## Runs that did not finish", "", "| run | status | error |", "|---|---|---|"]
         for name, e in problems:

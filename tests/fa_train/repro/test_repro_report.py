@@ -78,3 +78,19 @@ def test_row_order():
     assert row_order(["A", "B", "C"], ["B", "B2", "A"]) == ["A", "B", "B2", "C"]
     assert row_order(["A"], ["X", "A"]) == ["X", "A"]
     assert row_order([], ["X", "Y"]) == ["X", "Y"]
+
+
+def test_paused_runs_show_progress_and_curves_so_far(mini_recipe, tmp_path):
+    out = tmp_path / "reports"
+    entry, _ = train_entry("base", 30.0, 1000.0, None)
+    entry.update(status="paused", stretches=2)
+    entry["metrics"] = {"status": "paused", "global_step": 40, "epoch": 3, "val/loss": 9.5}
+    (out / "base").mkdir(parents=True)
+    (out / "base" / "metrics.csv").write_text("epoch,step,train/loss\n0,0,10.0\n0,1,9.0\n0,2,8.0\n")
+    (out / "base" / "config.yaml").write_text("trainer:\n  max_steps: 100\n")
+    write_results(out, {"base": entry})
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Baseline | ours (gpu) | paused |" in text          # no final number from a pause
+    assert "| base | 40 | 100 | 3 | val/loss 9.5 | 2 |" in text
+    assert "Runs that did not finish" not in text
+    assert (out / "loss.png").stat().st_size > 1000 and "](loss.png)" in text
