@@ -121,13 +121,14 @@ def decode_kernel(Q, K, V, O, O_PART, LSE_PART, SEQLENS, TABLE, TREE,
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
 
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # rows that saw no key give zeros
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key give zeros, lse -inf
+    out = acc / l_safe[:, None]
     out_mask = row_ok[:, None] & d_ok[None, :]
     if SPLIT:
         flat = (b * n_q + rows_q) * (heads_kv * GROUP) + heads
         part = split.to(tl.int64) * n_rows + flat
         tl.store(O_PART + part[:, None] * HEAD_DIM + offs_d[None, :], out, mask=out_mask)
-        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.math.log2(l_i))
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.math.log2(l_safe))
         tl.store(LSE_PART + part, lse, mask=row_ok)
     else:
         o_ptrs = (O + b.to(tl.int64) * stride_ob + rows_q[:, None] * stride_on
