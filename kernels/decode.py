@@ -17,7 +17,7 @@ import torch
 
 from kernels.attention_inputs import resolve_scale
 from kernels.attention_launch import LOG2E, block_d_for, cdiv, launch_kernel
-from kernels.decode_inputs import (attended_lengths, check_cache_contents, check_decode_tensors,
+from kernels.decode_inputs import (check_cache_contents, check_cache_seqlens, check_decode_tensors,
                                    check_num_splits, check_window, tree_ancestors)
 from kernels.decode_kernels import combine_splits_kernel, decode_kernel
 from kernels.torch_ops import interpreting
@@ -66,29 +66,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     if tree_parents is not None:
         ancestors = tree_ancestors(tree_parents, n_q, n_new, q.device)
     min_length = n_q if ancestors is not None else n_new
-    lengths, longest = attended_lengths(cache_seqlens, batch, n_new, min_length, capacity,
-                                        q.device)
-    if longest is None or block_table is not None:
+    per_batch, cache_len, longest = check_cache_seqlens(cache_seqlens, batch, n_new, min_length,
+                                                        capacity, q.device)
+    if per_batch is not None or block_table is not None:
+        lengths = (per_batch + n_new if per_batch is not None
+                   else torch.full((batch,), cache_len + n_new, dtype=torch.int32,
+                                   device=q.device))
         longest = check_cache_contents(lengths, n_new, min_length, capacity, block_table,
                                        k_cache.shape[1], k_cache.shape[0])
-    if n_new:
-        append_to_cache(k_cache, v_cache, k, v, lengths - n_new, block_table)
-    return _attend(q if q.stride(-1) == 1 else q.contiguous(), k_cache, v_cache, lengths,
-                   longest, resolve_scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
+    q, k, v = (x if x is None or x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    return _attend(q, k_cache, v_cache, k, v, per_batch, cache_len, longest,
+                   resolve_scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
                    num_splits, block_table, ancestors)
-
-
-def append_to_cache(k_cache, v_cache, k, v, start, block_table=None):
-    """Write k, v (B, Nnew, Hkv, d) into the caches in place, token t of sequence b at position
-    start[b] + t (start: (B,) integer tensor); paged caches through block_table."""
-    pos = start[:, None].long() + torch.arange(k.shape[1], device=k.device)[None]
-    if block_table is None:
-        slots = (torch.arange(k.shape[0], device=k.device)[:, None].expand_as(pos), pos)
-    else:
-        page_size = k_cache.shape[1]
-        slots = (block_table.long().gather(1, pos // page_size), pos % page_size)
-    k_cache[slots] = k
-    v_cache[slots] = v
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,8 +114,8 @@ def decode_config(block_d, rows):
     return dict(BLOCK_M=block_m, BLOCK_N=64, num_warps=4, num_stages=3)
 
 
-def _attend(q, k_cache, v_cache, lengths, longest, scale, causal, left, right, num_splits,
-            block_table, ancestors):
+def _attend(q, k_cache, v_cache, k, v, per_batch, cache_len, longest, scale, causal, left, right,
+            num_splits, block_table, ancestors):
     batch, n_q, heads, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     group = heads // heads_kv
@@ -142,15 +131,17 @@ def _attend(q, k_cache, v_cache, lengths, longest, scale, causal, left, right, n
         o_part = torch.empty(splits, *q.shape, dtype=torch.float32, device=q.device)
         lse_part = torch.empty(splits, batch, n_q, heads, dtype=torch.float32, device=q.device)
     paged = block_table is not None
-    args = (q, k_cache, v_cache, out, o_part, lse_part, lengths, block_table, ancestors,
-            *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *out.stride()[:3],
-            block_table.stride(0) if paged else 0,
-            n_q, heads_kv, n_rows, k_cache.shape[1] if paged else 0, keys_per_split, left, right,
-            scale * LOG2E)
+    append = k is not None
+    new_strides = (*k.stride()[:3], *v.stride()[:3]) if append else (0,) * 6
+    args = (q, k_cache, v_cache, k, v, out, o_part, lse_part, per_batch, block_table, ancestors,
+            *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *new_strides,
+            *out.stride()[:3], block_table.stride(0) if paged else 0,
+            n_q, k.shape[1] if append else 0, cache_len, heads_kv, n_rows,
+            k_cache.shape[1] if paged else 0, keys_per_split, left, right, scale * LOG2E)
     launch_kernel(decode_kernel, (splits, row_blocks, batch * heads_kv), args, config,
                   HEAD_DIM=head_dim, BLOCK_D=block_d, GROUP=group, IS_CAUSAL=causal,
                   WINDOW=left >= 0 or right >= 0, HAS_TREE=ancestors is not None, PAGED=paged,
-                  SPLIT=splits > 1)
+                  APPEND=append, SPLIT=splits > 1)
     if splits > 1:
         combine_splits_kernel[(n_rows,)](o_part, lse_part, out, splits, n_rows,
                                          HEAD_DIM=head_dim, BLOCK_D=block_d,

@@ -125,9 +125,10 @@ def _length_error(name, total, n_new, min_length, capacity):
                       "of the cache; the minimum is the number of new or tree tokens)")
 
 
-def attended_lengths(cache_seqlens, batch, n_new, min_length, capacity, device):
-    """(lengths, known_max): int32 (batch,) tokens attended per batch element (cache_seqlens +
-    n_new) and their maximum when it is known without reading the device (else None)."""
+def check_cache_seqlens(cache_seqlens, batch, n_new, min_length, capacity, device):
+    """(per_batch, cache_len, longest): the int32 (batch,) tensor of cached tokens or None, the
+    count shared by the batch when it is an int (else 0), and the longest attended length
+    (cache_seqlens + n_new) when known without reading the device (else None)."""
     if cache_seqlens is None:
         cache_seqlens = capacity
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
@@ -135,7 +136,7 @@ def attended_lengths(cache_seqlens, batch, n_new, min_length, capacity, device):
         if cache_seqlens < 0 or not min_length <= total <= capacity:
             raise _length_error(f"cache_seqlens {cache_seqlens}", total, n_new, min_length,
                                 capacity)
-        return torch.full((batch,), total, dtype=torch.int32, device=device), total
+        return None, cache_seqlens, total
     if not isinstance(cache_seqlens, torch.Tensor) or tuple(cache_seqlens.shape) != (batch,):
         raise ValueError(f"cache_seqlens must be an int or a (batch={batch},) int32 tensor, got "
                          f"{getattr(cache_seqlens, 'shape', type(cache_seqlens).__name__)}")
@@ -143,14 +144,15 @@ def attended_lengths(cache_seqlens, batch, n_new, min_length, capacity, device):
         raise TypeError(f"cache_seqlens must be int32, got {cache_seqlens.dtype}")
     if cache_seqlens.device != device:
         raise ValueError(f"cache_seqlens is on {cache_seqlens.device}, q on {device}")
-    return cache_seqlens + n_new, None
+    return cache_seqlens, 0, None
 
 
 def check_cache_contents(lengths, n_new, min_length, capacity, block_table, page_size,
                          num_blocks):
-    """Check the attended lengths (within [max(min_length, n_new), capacity]) and the block_table
-    entries they use (within [0, num_blocks)) with one device sync; returns the longest length.
-    While a CUDA graph is captured nothing is read and the capacity is returned."""
+    """Check the attended lengths (an int32 (batch,) tensor, within [max(min_length, n_new),
+    capacity]) and the block_table entries they use (within [0, num_blocks)) with one device
+    sync; returns the longest length. While a CUDA graph is captured nothing is read and the
+    capacity is returned."""
     if lengths.is_cuda and torch.cuda.is_current_stream_capturing():
         return capacity
     bad_length = (lengths < max(min_length, n_new)) | (lengths > capacity)

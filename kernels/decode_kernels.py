@@ -1,11 +1,13 @@
-"""Decode attention's device code (FlashDecoding): the split-KV kernel and the kernel that merges
-its splits. kernels/decode.py launches them.
+"""Decode attention's device code (FlashDecoding): the split-KV kernel and the kernel
+that merges its splits. kernels/decode.py launches them.
 
 One program of `decode_kernel` takes one K/V head of one batch element, a block of rows of the
 (query, head-in-group) pairs that share that K/V head, and one split (a range of key positions):
-each K/V tile is read once for the whole GQA group. Rows are numbered r = query * GROUP +
-head-in-group. With one split the program writes the output; with several it writes its
-normalized partial output and log-sum-exp (log2 units) for `combine_splits_kernel`.
+each K/V tile is read once for the whole GQA group. The call's new keys and values are read
+from its own k, v tensors and copied into the cache by the same kernel (no append launch).
+Rows are numbered r = query * GROUP + head-in-group. With one split the program writes the
+output; with several it writes its normalized partial output and log-sum-exp (log2 units) for
+`combine_splits_kernel`.
 
 Key position j of batch b lives at row j of K[b] (a contiguous cache) or, with PAGED, at row
 j % PAGE_SIZE of page TABLE[b, j // PAGE_SIZE]. Query i sits at position i + seqlen - n_q, where
@@ -49,18 +51,35 @@ def _visible(cols, pos, rows_q, n_q, tree_start, TREE, window_left, window_right
 
 
 @triton.jit
-def decode_kernel(Q, K, V, O, O_PART, LSE_PART, SEQLENS, TABLE, TREE,
+def _softmax_step(acc, l_i, m_i, q, k, v, keep, qk_scale):
+    """One key tile of the online softmax (log2 units): update the running max, sum, output."""
+    qk = tl.where(keep, tl.dot(q, tl.trans(k)) * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows seeing no key yet
+    p = tl.math.exp2(qk - m_safe[:, None])
+    alpha = tl.math.exp2(m_i - m_safe)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
+def decode_kernel(Q, K, V, K_NEW, V_NEW, O, O_PART, LSE_PART, CACHE_SEQLENS, TABLE, TREE,
                   stride_qb, stride_qn, stride_qh,
                   stride_kp, stride_kr, stride_kh, stride_vp, stride_vr, stride_vh,
+                  stride_knb, stride_knn, stride_knh, stride_vnb, stride_vnn, stride_vnh,
                   stride_ob, stride_on, stride_oh, stride_table,
-                  n_q, heads_kv, n_rows, page_size, keys_per_split, window_left, window_right,
-                  qk_scale,
+                  n_q, n_new, cache_len, heads_kv, n_rows, page_size, keys_per_split,
+                  window_left, window_right, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
                   WINDOW: tl.constexpr, HAS_TREE: tl.constexpr, PAGED: tl.constexpr,
-                  SPLIT: tl.constexpr):
-    """Grid (splits, row blocks, batch * heads_kv). O_PART (splits, B, n_q, Hq, d) and LSE_PART
-    (splits, B, n_q, Hq) are float32 and contiguous, n_rows = B * n_q * Hq (used with SPLIT)."""
+                  APPEND: tl.constexpr, SPLIT: tl.constexpr):
+    """Grid (splits, row blocks, batch * heads_kv). Batch element b holds CACHE_SEQLENS[b]
+    tokens (cache_len for all when CACHE_SEQLENS is None) and attends those plus its n_new new
+    ones. With APPEND the new keys and values are read from K_NEW, V_NEW (B, n_new, Hkv, d), and
+    the programs of row block 0 copy them into the cache, each split its own positions: a cache
+    slot that is read is never written. O_PART (splits, B, n_q, Hq, d) and LSE_PART (splits, B,
+    n_q, Hq) are float32 and contiguous, n_rows = B * n_q * Hq (used with SPLIT)."""
     split = tl.program_id(0)
     bh = tl.program_id(2)
     b = bh // heads_kv
@@ -73,11 +92,14 @@ def decode_kernel(Q, K, V, O, O_PART, LSE_PART, SEQLENS, TABLE, TREE,
     d_ok = offs_d < HEAD_DIM
     offs_n = tl.arange(0, BLOCK_N)
 
-    seqlen = tl.load(SEQLENS + b)
+    if CACHE_SEQLENS is not None:
+        cache_len = tl.load(CACHE_SEQLENS + b)
+    seqlen = cache_len + n_new
     tree_start = seqlen - n_q  # position of query 0 (and of the first tree token)
     pos = rows_q + tree_start
-    lo = split * keys_per_split
-    hi = tl.minimum(lo + keys_per_split, seqlen)
+    split_lo = split * keys_per_split
+    split_hi = tl.minimum(split_lo + keys_per_split, seqlen)
+    lo, hi = split_lo, split_hi
     # skip keys no row of this block can see
     first_pos = tl.program_id(1) * BLOCK_M // GROUP + tree_start
     last_pos = tl.minimum((tl.program_id(1) * BLOCK_M + BLOCK_M - 1) // GROUP, n_q - 1) + tree_start
@@ -100,26 +122,46 @@ def decode_kernel(Q, K, V, O, O_PART, LSE_PART, SEQLENS, TABLE, TREE,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start in tl.range(lo, hi, BLOCK_N):
+    cached_hi = tl.minimum(hi, cache_len)
+    for start in tl.range(lo, cached_hi, BLOCK_N):  # keys already in the cache
         cols = start + offs_n
-        col_ok = cols < hi
+        col_ok = cols < cached_hi
         page, slot = _key_slots(TABLE, b, cols, col_ok, page_size, PAGED)
         kv_mask = col_ok[:, None] & d_ok[None, :]
         k = tl.load(K + (page * stride_kp + slot * stride_kr)[:, None] + offs_d[None, :],
                     mask=kv_mask, other=0.0)
         v = tl.load(V + (page * stride_vp + slot * stride_vr)[:, None] + offs_d[None, :],
                     mask=kv_mask, other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
         keep = col_ok[None, :] & _visible(cols, pos, rows_q, n_q, tree_start, TREE, window_left,
                                           window_right, IS_CAUSAL, WINDOW, HAS_TREE)
-        qk = tl.where(keep, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows seeing no key yet
-        p = tl.math.exp2(qk - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k, v, keep, qk_scale)
+    if APPEND:
+        K_NEW += b.to(tl.int64) * stride_knb + h_kv.to(tl.int64) * stride_knh
+        V_NEW += b.to(tl.int64) * stride_vnb + h_kv.to(tl.int64) * stride_vnh
+        for start in tl.range(tl.maximum(lo, cache_len), hi, BLOCK_N):  # this call's keys
+            cols = start + offs_n
+            col_ok = cols < hi
+            t = (cols - cache_len)[:, None]
+            kv_mask = col_ok[:, None] & d_ok[None, :]
+            k = tl.load(K_NEW + t * stride_knn + offs_d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(V_NEW + t * stride_vnn + offs_d[None, :], mask=kv_mask, other=0.0)
+            keep = col_ok[None, :] & _visible(cols, pos, rows_q, n_q, tree_start, TREE,
+                                              window_left, window_right, IS_CAUSAL, WINDOW,
+                                              HAS_TREE)
+            acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, k, v, keep, qk_scale)
+        if tl.program_id(1) == 0:  # copy this split's new tokens into the cache
+            for start in range(tl.maximum(split_lo, cache_len), split_hi, BLOCK_N):
+                cols = start + offs_n
+                col_ok = cols < split_hi
+                t = (cols - cache_len)[:, None]
+                kv_mask = col_ok[:, None] & d_ok[None, :]
+                page, slot = _key_slots(TABLE, b, cols, col_ok, page_size, PAGED)
+                k = tl.load(K_NEW + t * stride_knn + offs_d[None, :], mask=kv_mask)
+                v = tl.load(V_NEW + t * stride_vnn + offs_d[None, :], mask=kv_mask)
+                tl.store(K + (page * stride_kp + slot * stride_kr)[:, None] + offs_d[None, :],
+                         k, mask=kv_mask)
+                tl.store(V + (page * stride_vp + slot * stride_vr)[:, None] + offs_d[None, :],
+                         v, mask=kv_mask)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key give zeros, lse -inf
     out = acc / l_safe[:, None]

@@ -102,11 +102,15 @@ def test_causal_multi_token(group, num_splits):
 
 
 def test_many_rows_span_row_blocks():
-    """More (query, head-in-group) rows than one tile: several row blocks."""
+    """More (query, head-in-group) rows than one tile: several row blocks, the new tokens
+    appended once (by row block 0 of each split)."""
     torch.manual_seed(5)
     q = torch.randn(1, 40, 8, 16)
     k_cache, v_cache = _cache(1, 90, 2, 16)
-    _run(q, k_cache, v_cache, cache_seqlens=90, causal=True, num_splits=2)
+    k, v = torch.randn(2, 1, 40, 2, 16)
+    _, kc, vc = _run(q, k_cache, v_cache, k=k, v=v, cache_seqlens=45, causal=True, num_splits=3)
+    assert torch.equal(kc[:, 45:85], k) and torch.equal(vc[:, 45:85], v)
+    assert torch.equal(kc[:, :45], k_cache[:, :45]) and torch.equal(kc[:, 85:], k_cache[:, 85:])
 
 
 @pytest.mark.parametrize("causal,window", [(True, (3, -1)), (False, (4, 2)), (False, (0, 0)),
@@ -150,7 +154,7 @@ def test_append_writes_in_place():
     torch.manual_seed(11)
     k_cache, v_cache = _cache(2, 20, 2, 16)
     before_k, before_v = k_cache.clone(), v_cache.clone()
-    k, v = torch.randn(2, 2, 3, 2, 16)
+    k, v = torch.randn(2, 2, 3, 4, 16)[:, :, :, ::2]  # strided views (head stride 2 * d)
     lens = torch.tensor([4, 17], dtype=torch.int32)
     flash_attn_with_kvcache(torch.randn(2, 1, 2, 16), k_cache, v_cache, k, v, cache_seqlens=lens)
     for b, start in enumerate(lens.tolist()):
