@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from fa_train.bench.attention import _check_list
+from fa_train.bench.attention import _TIMER_NOTES, _check_list
 from fa_train.bench.common import (CHECK_MAX_SEQLEN, CHECK_TOLERANCE, RunOptions, bench_time,
                                    captured_warnings, check_timer, environment, free_memory,
                                    host_time, make_progress, parse_dtype, relative_error,
@@ -228,11 +228,7 @@ def write_decode_reports(rows, out_dir, config, name="decode"):
         f"One decode step: q (B, 1, Hq, d) over a cache of L tokens (B, L, Hkv, d), "
         f"{config.dtype}. Bytes: K and V read once + q and out (2·B·L·Hkv·d + 2·B·Hq·d "
         "elements); GB/s = bytes / median time.",
-        "Timer: " + ("time.perf_counter (CPU)" if config.device == "cpu" else
-                     {"events": "CUDA events per call, L2 flushed (host-bound calls measure "
-                                "the host)",
-                      "cuda-graph": "calls replayed from a CUDA graph (GPU time alone)"}[
-                          config.timer]) + ".",
+        "Timer: " + _TIMER_NOTES["cpu" if config.device == "cpu" else config.timer],
         f"Correctness guard: batch element 0 against the float64 reference at L <= "
         f"{CHECK_MAX_SEQLEN} (check_rel_err in the JSON and CSV).",
     ]
