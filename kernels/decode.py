@@ -5,7 +5,7 @@ The layers beneath: kernels/decode_inputs.py (argument checks) and kernels/decod
 split-KV kernel and the kernel merging its splits). Inference only: no gradients.
 
 Split rule (num_splits=0). A call has programs = batch x heads_kv x row blocks (row blocks: the
-query x group rows in tiles of up to 64, one for plain decoding). When that fills the GPU
+query x group rows in tiles of 16 to 64, one for plain decoding). When that fills the GPU
 (programs >= SMs) the key range is not split. Otherwise it is split into
 min(ceil(2 * SMs / programs), ceil(longest / 256), 64) ranges: about two programs per SM, each
 range at least 256 keys (below that the merge costs more than the parallelism gains). Ranges are
@@ -46,13 +46,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
       window_size (left, right), -1 = unbounded: p_i - left <= j <= p_i + right;
       tree_parents: Nq ints, parents[i] < i, -1 for a root (a list, or a tensor shared by the
         batch). The last Nq tokens are a tree of draft tokens (token t at position L_b - Nq + t,
-        normally the k/v of this call, then Nnew = Nq) and query i sees every earlier cache token
+        normally the k/v of this call, then Nnew = Nq) and query i sees the earlier cache tokens
         and, among the draft tokens, only itself and its ancestors: the mask with which
         speculative decoding verifies a tree of drafts in one pass. A chain (parents[i] = i - 1)
         is the causal mask.
     Rows that see no key give zeros. num_splits: key-range splits (FlashDecoding); 0 picks them
-    by the rule in this module's docstring, 1 means no split. The values of cache_seqlens and
-    block_table are checked with one device sync, except while a CUDA graph is being captured.
+    by the rule in this module's docstring, 1 means no split. The values of a cache_seqlens
+    tensor and of block_table are checked with one device sync, except while a CUDA graph is
+    being captured; tree_parents is read on the host.
     """
     capacity = check_decode_tensors(q, k_cache, v_cache, k, v, block_table)
     if torch.is_grad_enabled() and q.requires_grad:
@@ -98,10 +99,11 @@ def split_keys(num_splits, programs, longest, block_n, sms):
     if num_splits == 0:
         num_splits = 1
         if programs < sms:
-            num_splits = min(cdiv(2 * sms, programs), cdiv(longest, MIN_KEYS_PER_SPLIT),
-                             MAX_AUTO_SPLITS)
-    keys = max(cdiv(cdiv(max(longest, 1), max(num_splits, 1)), block_n) * block_n, block_n)
-    return cdiv(max(longest, 1), keys), keys
+            num_splits = max(1, min(cdiv(2 * sms, programs), cdiv(longest, MIN_KEYS_PER_SPLIT),
+                                    MAX_AUTO_SPLITS))
+    longest = max(longest, 1)
+    keys = cdiv(cdiv(longest, num_splits), block_n) * block_n
+    return cdiv(longest, keys), keys
 
 
 def decode_config(block_d, rows):

@@ -240,6 +240,7 @@ def test_split_rule():
     assert decode.split_keys(0, 1, 1 << 20, 64, 132) == (64, 16384)  # at most 64
     assert decode.split_keys(5, 4096, 1000, 16, 132) == (5, 208)  # an explicit count is kept
     assert decode.split_keys(9, 1, 0, 16, 132) == (1, 16)
+    assert decode.split_keys(0, 1, 0, 64, 132) == (1, 64)  # an empty cache
 
 
 def _bad_call(**overrides):

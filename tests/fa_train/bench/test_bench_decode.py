@@ -80,3 +80,10 @@ def test_command_line_writes_json_csv_and_prints_the_table(tmp_path, capsys):
     assert "Achieved HBM bandwidth" in (out / "decode.md").read_text()
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1].startswith("| 32 | 4 | 1 | 1 | 70 |")  # the table comes last
+
+
+def test_command_line_refuses_bad_heads_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["decode", "--out", str(tmp_path), "--device", "cpu", "--heads", "32:5"])
+    assert exit_info.value.code == 2
+    assert "decode: heads: '32:5' must be HQ:HKV" in capsys.readouterr().err
