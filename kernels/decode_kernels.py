@@ -26,15 +26,18 @@ def _key_slots(TABLE, b, cols, valid, page_size, PAGED: tl.constexpr):
     `cols` (page b) unless PAGED."""
     if PAGED:
         page = tl.load(TABLE + cols // page_size, mask=valid, other=0).to(tl.int64)
-        return page, (cols % page_size).to(tl.int64)
-    return b.to(tl.int64), cols.to(tl.int64)
+        slot = (cols % page_size).to(tl.int64)
+    else:
+        page = b.to(tl.int64)
+        slot = cols.to(tl.int64)
+    return page, slot
 
 
 @triton.jit
 def _visible(cols, pos, rows_q, n_q, tree_start, TREE, window_left, window_right,
              IS_CAUSAL: tl.constexpr, WINDOW: tl.constexpr, HAS_TREE: tl.constexpr):
     """Which keys `cols` each query (position `pos`, index `rows_q`) may see, bounds aside."""
-    keep = cols[None, :] >= 0
+    keep = (rows_q[:, None] >= 0) & (cols[None, :] >= 0)  # all true, at the full tile shape
     if IS_CAUSAL:
         keep = keep & (cols[None, :] <= pos[:, None])
     if WINDOW:

@@ -1,10 +1,18 @@
-"""flash_attn_with_kvcache against its float64 reference, under the Triton interpreter on CPU."""
+"""flash_attn_with_kvcache against its float64 reference, under the Triton interpreter on CPU;
+and its kernels compiled for sm_90 (no GPU needed)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from kernels import decode, flash_attn_with_kvcache, reference_attention_with_kvcache
 from tests.kernels.helpers import rel_err
 
+REPO = Path(__file__).resolve().parents[2]
 TOL32 = 1e-5  # float32 inputs: interpreter dots are exact float32
 BAND16 = 2e-3  # float16 (the interpreter's bfloat16 dots are wrong; bf16 runs in the GPU tests)
 
@@ -315,3 +323,68 @@ def test_bad_page_beyond_the_used_ones_is_ignored():
     table[:, 1] = -1
     q = torch.randn(2, 1, 4, 16)
     _run(q, pages_k, pages_v, cache_seqlens=8, block_table=table)
+
+
+# Compiled in a child process without TRITON_INTERPRET (the interpreter replaces the compiler),
+# with the signature a launch binds: pointers and strides divisible by 16, absent tensors None,
+# and the listed int arguments equal to 1 (Triton makes those constexprs).
+COMPILE = """
+import json, sys, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels.decode import decode_config
+from kernels.decode_kernels import combine_splits_kernel, decode_kernel
+
+TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "K_NEW": "*bf16", "V_NEW": "*bf16",
+         "O": "*bf16", "O_PART": "*fp32", "LSE_PART": "*fp32", "CACHE_SEQLENS": "*i32",
+         "TABLE": "*i32", "TREE": "*u8", "qk_scale": "fp32"}
+
+def compile_for_sm90(kernel, constants, num_warps=4, num_stages=3):
+    names = kernel.arg_names
+    signature = {n: "constexpr" if n in constants else TYPES.get(n, "i32") for n in names}
+    aligned = [i for i, n in enumerate(names)
+               if n not in constants and (n.isupper() or n.startswith("stride"))]
+    source = ASTSource(fn=kernel, signature=signature,
+                       constexprs={(names.index(k),): v for k, v in constants.items()},
+                       attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
+
+for case in json.loads(sys.argv[1]):
+    config = decode_config(case["d"], case["rows"])
+    flags = dict(HEAD_DIM=case["d"], BLOCK_D=case["d"], GROUP=case["group"],
+                 BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
+    flags.update({k: case[k] for k in ("IS_CAUSAL", "WINDOW", "HAS_TREE", "PAGED", "APPEND",
+                                       "SPLIT")})
+    absent = [("K_NEW", "APPEND"), ("V_NEW", "APPEND"), ("O_PART", "SPLIT"),
+              ("LSE_PART", "SPLIT"), ("TABLE", "PAGED"), ("TREE", "HAS_TREE")]
+    flags.update({name: None for name, flag in absent if not case[flag]})
+    if not case["per_batch"]:
+        flags["CACHE_SEQLENS"] = None
+    flags.update(dict.fromkeys(case["ones"], 1))
+    ttgir = compile_for_sm90(decode_kernel, flags, config["num_warps"],
+                             config["num_stages"]).asm["ttgir"]
+    print("pipelined" if "async_copy_global_to_local" in ttgir else "not pipelined")
+compile_for_sm90(combine_splits_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=32))
+print("combine compiled")
+"""
+SM90_CASES = [  # d, query x group rows, GQA group, masks, cache kind, ints equal to 1
+    dict(d=128, rows=4, group=4, IS_CAUSAL=False, WINDOW=False, HAS_TREE=False, PAGED=False,
+         APPEND=True, SPLIT=True, per_batch=False, ones=["n_q", "n_new"]),
+    dict(d=64, rows=64, group=1, IS_CAUSAL=True, WINDOW=True, HAS_TREE=True, PAGED=True,
+         APPEND=True, SPLIT=False, per_batch=True, ones=[]),
+    dict(d=256, rows=8, group=8, IS_CAUSAL=True, WINDOW=True, HAS_TREE=False, PAGED=True,
+         APPEND=False, SPLIT=True, per_batch=True, ones=["n_q"]),
+    dict(d=16, rows=2, group=2, IS_CAUSAL=False, WINDOW=True, HAS_TREE=True, PAGED=False,
+         APPEND=False, SPLIT=False, per_batch=False, ones=["cache_len", "window_right"]),
+]
+
+
+def test_kernels_compile_for_sm90_and_the_decode_loop_is_pipelined():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(SM90_CASES)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(SM90_CASES) + 1 and lines[-1] == "combine compiled"
+    assert lines[0] == "pipelined"  # a plain decode step streams K/V tiles ahead of their use
