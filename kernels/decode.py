@@ -9,7 +9,8 @@ query x group rows in tiles of 16 to 64, one for plain decoding). When that fill
 (programs >= SMs) the key range is not split. Otherwise it is split into
 min(ceil(2 * SMs / programs), ceil(longest / 256), 64) ranges: about two programs per SM, each
 range at least 256 keys (below that the merge costs more than the parallelism gains). Ranges are
-whole key tiles, so the count may shrink to ceil(longest / range).
+whole key tiles, so the count may shrink to ceil(longest / range); each sequence's own keys are
+cut into that many ranges, so short sequences beside long ones are split as finely.
 """
 import functools
 
@@ -93,17 +94,17 @@ def sm_count(device):
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def split_keys(num_splits, programs, longest, block_n, sms):
-    """(splits, keys per split) for a call whose longest sequence attends `longest` keys, by the
-    rule in the module docstring when num_splits is 0."""
+def split_count(num_splits, programs, longest, block_n, sms):
+    """Splits of the key range for a call whose longest sequence attends `longest` keys (an upper
+    bound will do), by the rule in the module docstring when num_splits is 0. The kernel cuts each
+    sequence's own keys into that many ranges of whole tiles."""
     if num_splits == 0:
         num_splits = 1
         if programs < sms:
             num_splits = max(1, min(cdiv(2 * sms, programs), cdiv(longest, MIN_KEYS_PER_SPLIT),
                                     MAX_AUTO_SPLITS))
     longest = max(longest, 1)
-    keys = cdiv(cdiv(longest, num_splits), block_n) * block_n
-    return cdiv(longest, keys), keys
+    return cdiv(longest, cdiv(cdiv(longest, num_splits), block_n) * block_n)
 
 
 def decode_config(block_d, rows):
@@ -124,8 +125,8 @@ def _attend(q, k_cache, v_cache, k, v, per_batch, cache_len, longest, scale, cau
     block_d = block_d_for(head_dim)
     config = decode_config(block_d, n_q * group)
     row_blocks = cdiv(n_q * group, config["BLOCK_M"])
-    splits, keys_per_split = split_keys(num_splits, batch * heads_kv * row_blocks, longest,
-                                        config["BLOCK_N"], sm_count(q.device))
+    splits = split_count(num_splits, batch * heads_kv * row_blocks, longest, config["BLOCK_N"],
+                         sm_count(q.device))
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     n_rows = batch * n_q * heads
     o_part = lse_part = None
@@ -139,7 +140,7 @@ def _attend(q, k_cache, v_cache, k, v, per_batch, cache_len, longest, scale, cau
             *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *new_strides,
             *out.stride()[:3], block_table.stride(0) if paged else 0,
             n_q, k.shape[1] if append else 0, cache_len, heads_kv, n_rows,
-            k_cache.shape[1] if paged else 0, keys_per_split, left, right, scale * LOG2E)
+            k_cache.shape[1] if paged else 0, left, right, scale * LOG2E)
     launch_kernel(decode_kernel, (splits, row_blocks, batch * heads_kv), args, config,
                   HEAD_DIM=head_dim, BLOCK_D=block_d, GROUP=group, IS_CAUSAL=causal,
                   WINDOW=left >= 0 or right >= 0, HAS_TREE=ancestors is not None, PAGED=paged,

@@ -71,7 +71,7 @@ def decode_kernel(Q, K, V, K_NEW, V_NEW, O, O_PART, LSE_PART, CACHE_SEQLENS, TAB
                   stride_kp, stride_kr, stride_kh, stride_vp, stride_vr, stride_vh,
                   stride_knb, stride_knn, stride_knh, stride_vnb, stride_vnn, stride_vnh,
                   stride_ob, stride_on, stride_oh, stride_table,
-                  n_q, n_new, cache_len, heads_kv, n_rows, page_size, keys_per_split,
+                  n_q, n_new, cache_len, heads_kv, n_rows, page_size,
                   window_left, window_right, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, GROUP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
@@ -100,6 +100,8 @@ def decode_kernel(Q, K, V, K_NEW, V_NEW, O, O_PART, LSE_PART, CACHE_SEQLENS, TAB
     seqlen = cache_len + n_new
     tree_start = seqlen - n_q  # position of query 0 (and of the first tree token)
     pos = rows_q + tree_start
+    # the splits cut this sequence's keys into equal whole tiles (the last ones may be empty)
+    keys_per_split = tl.cdiv(tl.cdiv(seqlen, tl.num_programs(0)), BLOCK_N) * BLOCK_N
     split_lo = split * keys_per_split
     split_hi = tl.minimum(split_lo + keys_per_split, seqlen)
     lo, hi = split_lo, split_hi

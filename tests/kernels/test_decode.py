@@ -241,14 +241,32 @@ def test_full_cache_default_and_int_lengths():
 
 
 def test_split_rule():
-    # batch 1, 8 K/V heads, 16K keys on 132 SMs: ~2 programs per SM, tiles of 64 keys
-    assert decode.split_keys(0, 8, 16384, 64, 132) == (32, 512)
-    assert decode.split_keys(0, 256, 16384, 64, 132) == (1, 16384)  # the GPU is already full
-    assert decode.split_keys(0, 8, 300, 64, 132) == (2, 192)  # at least 256 keys per split
-    assert decode.split_keys(0, 1, 1 << 20, 64, 132) == (64, 16384)  # at most 64
-    assert decode.split_keys(5, 4096, 1000, 16, 132) == (5, 208)  # an explicit count is kept
-    assert decode.split_keys(9, 1, 0, 16, 132) == (1, 16)
-    assert decode.split_keys(0, 1, 0, 64, 132) == (1, 64)  # an empty cache
+    # batch 1, 8 K/V heads, 16K keys on 132 SMs: ~2 programs per SM, 32 ranges of 512 keys
+    assert decode.split_count(0, 8, 16384, 64, 132) == 32
+    assert decode.split_count(0, 256, 16384, 64, 132) == 1  # the GPU is already full
+    assert decode.split_count(0, 8, 300, 64, 132) == 2  # at least 256 keys per split
+    assert decode.split_count(0, 1, 1 << 20, 64, 132) == 64  # at most 64
+    assert decode.split_count(5, 4096, 1000, 16, 132) == 5  # an explicit count is kept
+    assert decode.split_count(9, 1, 17, 16, 132) == 2  # ... up to one per key tile
+    assert decode.split_count(0, 1, 0, 64, 132) == 1  # an empty cache
+
+
+def test_splits_for_the_capacity_cover_short_sequences(monkeypatch):
+    """Where the lengths are not read (CUDA graph capture) the split count follows the capacity;
+    every sequence is then cut into that many ranges of its own length."""
+    monkeypatch.setattr(decode, "check_cache_contents", lambda lengths, n_new, min_length,
+                        capacity, *args: capacity)
+    launched = []
+    real = decode.launch_kernel
+    monkeypatch.setattr(decode, "launch_kernel", lambda kernel, grid, *args, **kwargs: (
+        launched.append(grid), real(kernel, grid, *args, **kwargs))[1])
+    torch.manual_seed(9)
+    q = torch.randn(2, 1, 4, 16)
+    k_cache, v_cache = _cache(2, 600, 2, 16)
+    k, v = torch.randn(2, 2, 1, 2, 16)
+    _run(q, k_cache, v_cache, k=k, v=v, cache_seqlens=torch.tensor([40, 3], dtype=torch.int32),
+         num_splits=0)
+    assert launched[0][0] == 3  # 600 keys: 3 ranges of >= 256 for a 40-key and a 4-key sequence
 
 
 def _bad_call(**overrides):
