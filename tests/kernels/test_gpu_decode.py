@@ -14,16 +14,16 @@ def _cache(batch, capacity, heads_kv, head_dim, dtype):
             for _ in range(2)]
 
 
-def _check(q, k_cache, v_cache, **kwargs):
-    """Kernel against the reference; the caches are used as they are before the call."""
+def _check(q, k_cache, v_cache, num_splits=0, **kwargs):
+    """Kernel against the reference (on copies of the caches); returns the caches it wrote."""
     ref = reference_attention_with_kvcache(q, k_cache, v_cache, **kwargs)
-    kwargs.pop("num_splits", None)
     poison_allocator()
-    out = flash_attn_with_kvcache(q, k_cache.clone(), v_cache.clone(), **kwargs)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    out = flash_attn_with_kvcache(q, kc, vc, num_splits=num_splits, **kwargs)
     assert not torch.isnan(out).any(), "output has NaN (unwritten or invalid)"
     err = rel_err(out, ref)
     assert err < BAND[q.dtype], f"rel err {err:.2e}"
-    return out
+    return kc, vc
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -37,7 +37,10 @@ def test_decode_step(dtype, head_dim, heads, heads_kv, num_splits):
     k_cache, v_cache = _cache(batch, capacity, heads_kv, head_dim, dtype)
     k, v = _cache(batch, 1, heads_kv, head_dim, dtype)
     lens = torch.tensor([4099, 1, 2500], dtype=torch.int32, device="cuda")
-    _check(q, k_cache, v_cache, k=k, v=v, cache_seqlens=lens, num_splits=num_splits)
+    kc, vc = _check(q, k_cache, v_cache, k=k, v=v, cache_seqlens=lens, num_splits=num_splits)
+    for b, pos in enumerate(lens.tolist()):  # the step's token written, nothing else
+        k_cache[b, pos], v_cache[b, pos] = k[b, 0], v[b, 0]
+    assert torch.equal(kc, k_cache) and torch.equal(vc, v_cache)
 
 
 @pytest.mark.parametrize("cache_len", [16384, 65536])
@@ -68,7 +71,13 @@ def test_paged_cache(page_size):
     q = torch.randn(batch, 2, 32, 128, device="cuda", dtype=torch.bfloat16)
     k, v = _cache(batch, 2, heads_kv, 128, torch.bfloat16)
     lens = torch.tensor([8000, page_size - 1, 3000], dtype=torch.int32, device="cuda")
-    _check(q, pages_k, pages_v, k=k, v=v, cache_seqlens=lens, causal=True, block_table=table)
+    kc, vc = _check(q, pages_k, pages_v, k=k, v=v, cache_seqlens=lens, causal=True,
+                    block_table=table)
+    for b, start in enumerate(lens.tolist()):
+        for t, pos in enumerate(range(start, start + 2)):
+            page, row = table[b, pos // page_size], pos % page_size
+            pages_k[page, row], pages_v[page, row] = k[b, t], v[b, t]
+    assert torch.equal(kc, pages_k) and torch.equal(vc, pages_v)
 
 
 def test_tree_of_drafts():

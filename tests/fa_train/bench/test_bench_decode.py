@@ -7,7 +7,8 @@ import torch
 
 from fa_train.bench import decode
 from fa_train.bench.cli import main
-from fa_train.bench.decode import DecodeBenchConfig, parse_heads, run_decode_bench, step_bytes
+from fa_train.bench import DecodeBenchConfig, run_decode_bench
+from fa_train.bench.decode import parse_heads, step_bytes
 
 TINY = dict(impls=["flash_decode", "materialized", "sdpa_math"], batches=[1, 2], cache_lens=[40],
             heads=["4:2"], head_dims=[16], dtype="fp32", device="cpu", warmup_ms=1, rep_ms=1,
