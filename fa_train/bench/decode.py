@@ -6,7 +6,7 @@ over the same L cached keys (B, L, Hkv, d):
                  attends (split-KV with the automatic split count, GQA groups per program);
   sdpa_flash, sdpa_efficient, sdpa_math   torch SDPA pinned to one backend (enable_gqa);
   flex           torch.compile(flex_attention), no mask (enable_gqa);
-  materialized   q @ K^T, softmax, @ V in PyTorch, GQA by grouping the queries (no K/V copy).
+  materialized   q @ K^T, softmax, @ V in PyTorch, GQA by grouping the queries (K/V not repeated).
 Time: median of triton.testing.do_bench (CUDA events, L2 flushed) or, with timer "cuda-graph",
 of calls replayed from a CUDA graph (GPU time without the host's); host_ms is the host time to
 issue one call. Bandwidth: bytes = K and V read once + q read + out written
@@ -130,26 +130,27 @@ def build_step(name, q, k_cache, v_cache, k, v):
     return sdpa
 
 
-def _check(fn, q, k_cache, v_cache, tolerance):
+def reference_step(inputs):
+    """float64 output of batch element 0 (kernels.reference_attention_with_kvcache)."""
     from kernels import reference_attention_with_kvcache
-    out = fn()[:1]
-    ref = reference_attention_with_kvcache(q[:1], k_cache[:1], v_cache[:1])
-    err = relative_error(out, ref.to(out.device))
-    return {"check_rel_err": err, "check_passed": bool(err <= tolerance)}
+    q, k_cache, v_cache = (x[:1] for x in inputs[:3])
+    return reference_attention_with_kvcache(q, k_cache, v_cache)
 
 
-def measure_step(name, inputs, config, device):
-    """ROW_KEYS of implementation `name` on `inputs`; failures become a status and a reason."""
+def measure_step(name, inputs, config, device, reference=None):
+    """ROW_KEYS of implementation `name` on `inputs`, its batch element 0 checked against
+    `reference` (unless None); failures become a status and a reason."""
     row = dict.fromkeys(ROW_KEYS)
-    q, k_cache, v_cache = inputs[:3]
     try:
         with captured_warnings() as caught:
             try:
                 with torch.no_grad():
                     fn = build_step(name, *inputs)
-                    if config.check and k_cache.shape[1] <= CHECK_MAX_SEQLEN:
-                        row.update(_check(fn, q, k_cache, v_cache,
-                                          CHECK_TOLERANCE[config.dtype]))
+                    if reference is not None:
+                        out = fn()[:1]
+                        err = relative_error(out, reference.to(out.device))
+                        row.update(check_rel_err=err,
+                                   check_passed=bool(err <= CHECK_TOLERANCE[config.dtype]))
                         if not row["check_passed"]:
                             return row | {"status": "incorrect", "reason": (
                                 f"relative error {row['check_rel_err']:.3g} against the float64 "
@@ -181,16 +182,20 @@ def run_decode_bench(config):
             shape = {"batch": batch, "cache_len": cache_len, "heads": heads,
                      "heads_kv": heads_kv, "head_dim": head_dim}
             nbytes = step_bytes(batch, cache_len, heads, heads_kv, head_dim, dtype.itemsize)
+            inputs = reference = None
             try:
                 inputs = decode_inputs(batch, cache_len, heads, heads_kv, head_dim, dtype,
                                        device, config.seed)
+                if config.check and cache_len <= CHECK_MAX_SEQLEN:
+                    reference = reference_step(inputs)
             except Exception as exc:  # noqa: BLE001 - out of memory for the inputs
                 status, reason = classify(exc)
                 inputs = None
                 free_memory(device)
             for name in config.impls:
                 bar.describe(f"{name} d={head_dim} heads={heads_text} B={batch} L={cache_len}")
-                measured = (measure_step(name, inputs, config, device) if inputs is not None
+                measured = (measure_step(name, inputs, config, device, reference)
+                            if inputs is not None
                             else dict.fromkeys(ROW_KEYS) | {"status": status, "reason": reason})
                 gbps = nbytes / (measured["ms"] * 1e-3) / 1e9 if measured.get("ms") else None
                 rows.append({"bench": "decode", "impl": name, **shape, "dtype": config.dtype,
@@ -198,7 +203,7 @@ def run_decode_bench(config):
                                  measured["ms"] * 1e3 if measured.get("ms") else None),
                              **measured})
                 bar.advance()
-            del inputs
+            del inputs, reference
     return rows
 
 
