@@ -10,8 +10,8 @@ over the same L cached keys (B, L, Hkv, d):
 Time: median of triton.testing.do_bench (CUDA events, L2 flushed) or, with timer "cuda-graph",
 of calls replayed from a CUDA graph (GPU time without the host's); host_ms is the host time to
 issue one call. Bandwidth: bytes = K and V read once + q read + out written
-(2·B·L·Hkv·d + 2·B·Hq·d elements), GB/s = bytes / median time. Correctness guard: batch element 0
-against kernels.reference_attention_with_kvcache in float64, at L <= CHECK_MAX_SEQLEN.
+(2·B·L·Hkv·d + 2·B·Hq·d elements), GB/s = bytes / median time. Correctness guard: batch
+element 0 against kernels.reference_attention_with_kvcache in float64, at L <= CHECK_MAX_SEQLEN.
 """
 from __future__ import annotations
 
