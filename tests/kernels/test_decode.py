@@ -172,6 +172,24 @@ def test_append_writes_in_place():
     assert torch.equal(k_cache, before_k) and torch.equal(v_cache, before_v)
 
 
+def test_caches_as_views_of_one_kv_tensor():
+    """k_cache and v_cache may be strided views (here of one (B, capacity, 2, Hkv, d) tensor)."""
+    torch.manual_seed(12)
+    kv = torch.randn(2, 30, 2, 2, 16)
+    q = torch.randn(2, 2, 4, 16)
+    k, v = torch.randn(2, 2, 2, 2, 16)
+    lens = torch.tensor([10, 27], dtype=torch.int32)
+    expected = kv.clone()
+    out = flash_attn_with_kvcache(q, kv[:, :, 0], kv[:, :, 1], k, v, cache_seqlens=lens,
+                                  causal=True, num_splits=2)
+    ref = reference_attention_with_kvcache(q, expected[:, :, 0], expected[:, :, 1], k, v,
+                                           cache_seqlens=lens, causal=True)
+    assert rel_err(out, ref) < TOL32
+    for b, start in enumerate(lens.tolist()):
+        expected[b, start:start + 2, 0], expected[b, start:start + 2, 1] = k[b], v[b]
+    assert torch.equal(kv, expected)
+
+
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_chain_tree_is_causal(num_splits):
     torch.manual_seed(num_splits)
