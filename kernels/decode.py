@@ -36,7 +36,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     q: (B, Nq, Hq, d). k_cache, v_cache: (B, capacity, Hkv, d), or with block_table (B,
     max_blocks) int32 a paged cache (num_blocks, page_size, Hkv, d) whose token j of sequence b
     is row j % page_size of page block_table[b, j // page_size] (capacity = max_blocks *
-    page_size). Hq % Hkv == 0 (GQA); fp16, bf16 or fp32; head_dim up to 256.
+    page_size). Hq % Hkv == 0 (GQA); fp16, bf16 or fp32 (products in TF32 on GPUs), float32
+    accumulation; head_dim up to 256.
     cache_seqlens: int or int32 (B,) tensor, tokens already in the cache (None: the capacity).
     k, v: optional (B, Nnew, Hkv, d), written into the caches IN PLACE at positions
     cache_seqlens[b] .. cache_seqlens[b] + Nnew - 1 before attending. Sequence b then attends to
