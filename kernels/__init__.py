@@ -1,4 +1,5 @@
-"""Triton FlashAttention kernels (dense and block-sparse) and their float64 ground truth.
+"""Triton FlashAttention kernels (dense, block-sparse, KV-cache decoding) and their float64 ground
+truth.
 
 The exports load on first use, so that `kernels.layouts` and `kernels.reference` (plain PyTorch)
 import where Triton is not installed, and `import kernels` costs nothing until a kernel is used.
@@ -16,6 +17,8 @@ _HOMES = {
     "flash_attn_varlen_qkvpacked_func": "kernels.flash_attn",
     "next_dropout_seed": "kernels.flash_attn",
     "reference_attention": "kernels.reference",
+    "reference_attention_with_kvcache": "kernels.reference",
+    "flash_attn_with_kvcache": "kernels.decode",
     "BlockSparseIndex": "kernels.blocksparse",
     "blocksparse_attn_func": "kernels.blocksparse",
     "causal_block_mask": "kernels.blocksparse",

@@ -44,3 +44,51 @@ def reference_attention(q, k, v, softmax_scale=None, causal=False, key_padding_m
         probs = probs * dropout_mask.to(probs.dtype) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
     return out.to(out_dtype), lse
+
+
+def reference_attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     block_table=None, tree_parents=None):
+    """Float64 ground truth of `kernels.flash_attn_with_kvcache` (same arguments, its docstring
+    defines them); returns out (B, Nq, Hq, d) in float64 and leaves the caches unchanged.
+
+    Built independently of the kernel's host code: each batch element's keys are gathered page by
+    page, the new k/v appended, and the mask spelled out per query with `reference_attention`.
+    """
+    batch, n_q = q.shape[0], q.shape[1]
+    n_new = 0 if k is None else k.shape[1]
+    left, right = window_size
+    outs = []
+    for b in range(batch):
+        if block_table is None:
+            keys, values = k_cache[b], v_cache[b]
+        else:
+            keys = torch.cat([k_cache[int(p)] for p in block_table[b]])
+            values = torch.cat([v_cache[int(p)] for p in block_table[b]])
+        if cache_seqlens is None:
+            cached = keys.shape[0]
+        else:
+            cached = int(cache_seqlens if isinstance(cache_seqlens, int) else cache_seqlens[b])
+        keys, values = keys[:cached], values[:cached]
+        if n_new:
+            keys, values = torch.cat([keys, k[b]]), torch.cat([values, v[b]])
+        n_k = keys.shape[0]
+        keep = torch.ones(n_q, n_k, dtype=torch.bool)
+        for i in range(n_q):
+            pos = i + n_k - n_q  # the query's own position among the keys
+            node, ancestors = i, set()  # tree tokens i sees: itself and its ancestors
+            while tree_parents is not None and node >= 0:
+                ancestors.add(node)
+                node = int(tree_parents[node])
+            for j in range(n_k):
+                visible = not (causal and j > pos)
+                visible &= left < 0 or j >= pos - left
+                visible &= right < 0 or j <= pos + right
+                if tree_parents is not None and j >= n_k - n_q:
+                    visible &= (j - (n_k - n_q)) in ancestors
+                keep[i, j] = visible
+        out, _ = reference_attention(q[b:b + 1].double(), keys[None].double(),
+                                     values[None].double(), softmax_scale=softmax_scale,
+                                     attn_mask=keep[None, None].to(q.device))
+        outs.append(out)
+    return torch.cat(outs)

@@ -1,5 +1,6 @@
 """Attention benchmarks (fa-bench): dense attention (paper Figure 3), block-sparse runtime vs
-density (Figure 2 right), kernel block size (Figure 2 middle) and HBM traffic (Figure 2 left).
+density (Figure 2 right), kernel block size (Figure 2 middle), HBM traffic (Figure 2 left) and the
+KV-cache decode step.
 
 Plain functions for the recipe runner; each takes a config dataclass (or a dict of its fields)
 and returns rows (list of dicts); the matching write_* function writes NAME.json, NAME.md and PNGs
@@ -11,6 +12,7 @@ from fa_train.bench.blocksize import (BlocksizeBenchConfig, run_blocksize_bench,
                                       write_blocksize_reports)
 from fa_train.bench.blocksparse import (BlocksparseBenchConfig, run_blocksparse_bench,
                                         write_blocksparse_reports)
+from fa_train.bench.decode import DecodeBenchConfig, run_decode_bench, write_decode_reports
 from fa_train.bench.io import IOBenchConfig, run_io_bench, write_io_reports
 from fa_train.bench.report import load_rows, write_reports
 
@@ -19,5 +21,6 @@ __all__ = [
     "BlocksparseBenchConfig", "run_blocksparse_bench", "write_blocksparse_reports",
     "BlocksizeBenchConfig", "run_blocksize_bench", "write_blocksize_reports",
     "IOBenchConfig", "run_io_bench", "write_io_reports",
+    "DecodeBenchConfig", "run_decode_bench", "write_decode_reports",
     "write_reports", "load_rows",
 ]

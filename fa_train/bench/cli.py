@@ -9,6 +9,9 @@
                        [--block 128] [--dropout 0.0]
   fa-bench blocksize   --out DIR [--blocks 16,32,64,128,256 or MxN tokens]
   fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
+  fa-bench decode      --out DIR [--impls ...] [--batches 1,2,4,8] [--cache-lens 1024,...,131072]
+                       [--heads 32:32,32:8] [--head-dims 64,128] [--timer events|cuda-graph]
+                       [--quick]
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
                        [--compile 0,1] [--runners bare,trainer] [--batch 16] [--seqlen 1024]
                        [--losses auto,fused,torch] [--steps 20] [--profile]
@@ -137,6 +140,22 @@ def build_parser():
     p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute byte count")
     p.add_argument("--ncu", default="ncu", help="ncu executable")
 
+    from fa_train.bench.decode import DECODE_IMPL_NAMES
+    p = sub.add_parser("decode", help="KV-cache decode step: time and HBM GB/s vs cache length")
+    _add_common(p)
+    p.add_argument("--impls", type=_words("--impls"), default=list(DECODE_IMPL_NAMES),
+                   help=f"comma list from {','.join(DECODE_IMPL_NAMES)}")
+    p.add_argument("--batches", type=_list(int, "--batches"), default=None,
+                   help="default 1,2,4,8 (--quick 1,8)")
+    p.add_argument("--cache-lens", type=_list(int, "--cache-lens"), default=None,
+                   help="cached tokens L (default 1024,...,131072; --quick 4096,16384,65536)")
+    p.add_argument("--heads", type=_words("--heads"), default=None,
+                   help="HQ:HKV pairs (default 32:32,32:8; --quick 32:8)")
+    p.add_argument("--head-dims", type=_list(int, "--head-dims"), default=None,
+                   help="default 64,128 (--quick 128)")
+    p.add_argument("--timer", default="events", choices=["events", "cuda-graph"],
+                   help="events: CUDA events per call; cuda-graph: GPU time alone")
+
     p = sub.add_parser("train-step", help="GPT-2 training tokens/s without the trainer")
     _add_common(p, quick=False)
     p.add_argument("--models", type=_words("--models"), default=["gpt2-small"])
@@ -200,6 +219,16 @@ def configure(args):
             head_dim=args.head_dim, causal=bool(args.causal), passes=args.passes,
             ncu=None if args.no_ncu else args.ncu, **common)
         return config.validate(), mod.run_io_bench, mod.write_io_reports
+    if args.command == "decode":
+        from fa_train.bench import decode as mod
+        config = mod.DecodeBenchConfig(
+            impls=args.impls, batches=args.batches or ([1, 8] if quick else [1, 2, 4, 8]),
+            cache_lens=args.cache_lens or list(mod.QUICK_CACHE_LENS if quick
+                                               else mod.DEFAULT_CACHE_LENS),
+            heads=args.heads or (["32:8"] if quick else ["32:32", "32:8"]),
+            head_dims=args.head_dims or ([128] if quick else [64, 128]), timer=args.timer,
+            **common)
+        return config.validate(), mod.run_decode_bench, mod.write_decode_reports
     if args.command == "train-step":
         from fa_train.bench import train_step as mod
         common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
@@ -223,6 +252,9 @@ def main(argv=None):
     paths = write(rows, args.out, config)
     for path in paths.values():
         print(f"wrote {path}")
+    if args.command == "decode":
+        from fa_train.bench.decode import summary_table
+        print(summary_table(rows))
     return 0
 
 
