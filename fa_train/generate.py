@@ -1,6 +1,6 @@
 """fa-generate: sample text from a trained GPT with a KV cache.
 
-    fa-generate CHECKPOINT [--prompt TEXT ...] [--prompt-file FILE] [--max-new-tokens 64]
+    fa-generate CHECKPOINT [--prompt TEXT ...] [--prompt-file FILE] [--max-new-tokens N]
                 [--greedy | --temperature 0.8] [--top-k 50] [--top-p 0.95] [--seed 0]
                 [--stop TEXT ...] [--no-stream] [--draft CHECKPOINT --spec-tree 2,2,1]
                 [--attention auto] [--device auto] [--dtype auto] [--tokenizer FILE]
@@ -9,7 +9,7 @@ CHECKPOINT: an fa-train run folder (outputs/<experiment>/<run id>), a .ckpt insi
 local Hugging Face GPT-2 directory (config.json + model.safetensors or pytorch_model.bin). Without
 a prompt it samples after the end-of-text token. One prompt streams to the terminal; several
 (--prompt repeated, or a file with one per line) run as one batch. ``--draft`` turns on
-speculative greedy decoding (output equal to ``--greedy``). The last line (stderr) gives tokens/s
+speculative greedy decoding (output equal to ``--greedy``, which it implies). The last line (stderr) gives tokens/s
 of prefill and decode separately.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fa_train.errors import UserError, exit_on_user_error, take_debug_flag
 
+DEFAULT_NEW_TOKENS = 64
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}
 
@@ -30,9 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="fa-train run folder or .ckpt, or a Hugging Face GPT-2 dir")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
     p.add_argument("--prompt-file", help="a text file with one prompt per line")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens to generate per prompt (default {DEFAULT_NEW_TOKENS}, fewer where "
+                        "the context ends sooner)")
     p.add_argument("--greedy", action="store_true", help="argmax decoding (temperature 0)")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default 1.0; with --draft: greedy)")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass in (0, 1]")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -98,28 +102,34 @@ def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
 
 def run(args) -> int:
     from fa_train.inference import Sampling, generate, speculative_generate
+    from fa_train.inference.generation import check_request
     from fa_train.inference.loading import load_gpt
     from fa_train.inference.text import StopStrings, Streamer
 
     texts = read_prompts(args)
-    sampling = Sampling(0.0 if args.greedy else args.temperature, args.top_k, args.top_p)
+    greedy = args.greedy or (args.draft and args.temperature is None)
+    temperature = 1.0 if args.temperature is None else args.temperature
+    sampling = Sampling(0.0 if greedy else temperature, args.top_k, args.top_p)
     widths = parse_widths(args.spec_tree)
     if args.draft and not sampling.greedy:
-        raise UserError("draft is invalid with sampling: speculative decoding here is greedy; "
-                        "add --greedy")
+        raise UserError("draft is invalid with --temperature above 0: speculative decoding "
+                        "here is greedy")
     device, dtype = resolve_device(args.device, args.dtype)
     target = load_gpt(args.checkpoint, args.attention, device, dtype, args.tokenizer)
     tok = target.tokenizer
     if tok is None:
         raise UserError(f"tokenizer not found for {target.source}; pass --tokenizer FILE")
     prompts = encode_prompts(tok, texts)
+    room = target.model.config.max_seq_len - max(len(p) for p in prompts)
+    max_new = args.max_new_tokens or max(1, min(DEFAULT_NEW_TOKENS, room))
+    check_request(target.model, prompts, max_new)
     decode = tok.decode
     stop = StopStrings(decode, args.stop) if args.stop else None
     stream = args.stream and len(prompts) == 1
     streamer = Streamer(decode, lambda s: print(s, end="", flush=True), stop) if stream else None
     if stream:
         print(texts[0] if texts else "", end="", flush=True)
-    common = dict(max_new_tokens=args.max_new_tokens, eos_id=target.eos_id, stop=stop,
+    common = dict(max_new_tokens=max_new, eos_id=target.eos_id, stop=stop,
                   on_token=streamer)
     if args.draft:
         if len(prompts) > 1:
