@@ -7,6 +7,8 @@ tokenizer file is given.
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,8 @@ def run_tokenizer(cfg: dict, source: str):
     """The tokenizer file the run's datamodule wrote beside its token files."""
     from hydra.utils import instantiate
     from tokenizers import Tokenizer
-    datamodule = instantiate(cfg["data"], _convert_="all")
+    with contextlib.redirect_stdout(sys.stderr):  # data notes stay out of the generated text
+        datamodule = instantiate(cfg["data"], _convert_="all")
     path = Path(getattr(datamodule, "data_dir", "")) / "tokenizer.json"
     if not path.is_file():
         raise UserError(f"tokenizer of {source} not found (expected {path}); pass --tokenizer "
