@@ -109,7 +109,12 @@ class Attention:
         the cache and the new tokens before it (or its ancestors in ``tree_parents``); see
         fa_train.attention.cache."""
         return attend_cache_torch(q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale,
-                                  tree_parents)
+                                  tree_parents, self.sliding_window())
+
+    def sliding_window(self) -> tuple[int, int]:
+        """(left, right): keys a query sees each side of its diagonal, -1 = unbounded; a config
+        with a ``window`` (a sliding-window implementation) gives it."""
+        return tuple(getattr(self.config, "window", (-1, -1)))
 
     def __repr__(self):
         return f"{type(self).__name__}({self.config})"

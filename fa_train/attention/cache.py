@@ -6,7 +6,9 @@ cache_seqlens (B,) int: how many tokens each row of the cache holds. The new k, 
 place at positions ``cache_seqlens[b] + j`` first; new token i then sees the row's first
 ``cache_seqlens[b]`` tokens and the new tokens j <= i (a chain), or, with ``tree_parents`` (Nq,)
 (parent index < i, -1 for a root), itself and its ancestors (a token tree, as speculative decoding
-verifies). The caller advances ``cache_seqlens``.
+verifies). With a sliding ``window_size`` (left, right) it sees only keys j with
+p - left <= j <= p + right, p = cache_seqlens[b] + i its position (-1: unbounded), as the kernel
+defines it. The caller advances ``cache_seqlens``.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def write_to_cache(k, v, k_cache, v_cache, cache_seqlens) -> None:
     v_cache[rows, cols] = v.to(v_cache.dtype)
 
 
-def cache_keep_mask(cache_seqlens, n_new: int, length: int, tree_parents=None) -> torch.Tensor:
+def cache_keep_mask(cache_seqlens, n_new: int, length: int, tree_parents=None,
+                    window_size=(-1, -1)) -> torch.Tensor:
     """(B, 1, Nq, length) bool: which of the first `length` cache positions each new token sees."""
     device = cache_seqlens.device
     held = cache_seqlens.to(torch.long)[:, None]                      # (B, 1)
@@ -53,17 +56,24 @@ def cache_keep_mask(cache_seqlens, n_new: int, length: int, tree_parents=None) -
     sees = new_token_visibility(n_new, tree_parents, device)          # (Nq, Nq)
     in_new = (offset >= 0) & (offset < n_new)
     new = sees[:, offset.clamp(0, n_new - 1)].permute(1, 0, 2) & in_new[:, None, :]
-    return (cached | new)[:, None]
+    keep = cached | new                                               # (B, Nq, length)
+    left, right = window_size
+    distance = offset[:, None, :] - torch.arange(n_new, device=device)[None, :, None]  # j - p
+    if left >= 0:
+        keep &= distance >= -left
+    if right >= 0:
+        keep &= distance <= right
+    return keep[:, None]
 
 
 def attend_cache_torch(q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale=None,
-                       tree_parents=None) -> torch.Tensor:
+                       tree_parents=None, window_size=(-1, -1)) -> torch.Tensor:
     """The module docstring's cache attention by torch's scaled_dot_product_attention with an
     explicit mask over the occupied part of the cache; returns (B, Nq, H, d)."""
     write_to_cache(k, v, k_cache, v_cache, cache_seqlens)
     n_new = q.shape[1]
     length = int(cache_seqlens.max()) + n_new
-    keep = cache_keep_mask(cache_seqlens, n_new, length, tree_parents)
+    keep = cache_keep_mask(cache_seqlens, n_new, length, tree_parents, window_size)
     kh, vh = (t[:, :length].transpose(1, 2) for t in (k_cache, v_cache))  # (B, Hkv, L, d)
     groups = q.shape[2] // kh.shape[1]
     if groups > 1:

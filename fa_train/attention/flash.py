@@ -61,13 +61,16 @@ class FlashAttention(Attention):
 
     def attend_cache(self, q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale=None,
                      tree_parents=None):
-        """The cache attention of the base class by kernels.flash_attn_with_kvcache (k, v written
-        into the cache by the kernel)."""
-        check_triton_device(q, self.name)
+        """On CUDA, kernels.flash_attn_with_kvcache (which writes k, v into the cache itself);
+        elsewhere the PyTorch path of the base class."""
+        if q.device.type != "cuda":
+            return super().attend_cache(q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale,
+                                        tree_parents)
         from kernels import flash_attn_with_kvcache
         if tree_parents is not None:
             tree_parents = tree_parents.to(device=q.device, dtype=torch.int32)
         return flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v,
                                        cache_seqlens=cache_seqlens.to(torch.int32),
                                        softmax_scale=softmax_scale, causal=True,
+                                       window_size=self.sliding_window(),
                                        tree_parents=tree_parents)

@@ -1,9 +1,11 @@
 """GPU: the flash decode path (kernels.flash_attn_with_kvcache) against the PyTorch cache path,
 in a GPT and in generation (bf16; skips without CUDA)."""
+from dataclasses import dataclass
+
 import pytest
 import torch
 
-from fa_train.attention import build_attention
+from fa_train.attention.flash import FlashAttention
 from fa_train.attention.cache import attend_cache_torch
 from fa_train.inference import Sampling, generate, speculative_generate
 from tests.fa_train.inference.helpers import tiny_gpt
@@ -20,6 +22,17 @@ def _needs_cache_kernel():
         pytest.skip("kernels.flash_attn_with_kvcache is not in this tree")
 
 
+@dataclass(frozen=True)
+class Windowed:
+    window: tuple = (-1, -1)
+    deterministic: bool = False
+
+
+class WindowedFlash(FlashAttention):
+    """flash with a sliding window in its config, as a windowed implementation carries it."""
+    Config = Windowed
+
+
 def rel_err(x, ref):
     return float((x.double() - ref).norm() / ref.norm())
 
@@ -27,7 +40,9 @@ def rel_err(x, ref):
 @pytest.mark.parametrize("heads,heads_kv,head_dim", [(8, 8, 64), (8, 2, 128), (12, 4, 80)])
 @pytest.mark.parametrize("n_new,tree", [(1, None), (5, None), (7, [-1, 0, 0, 1, 1, 2, 5])])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_flash_cache_attention_matches_pytorch(heads, heads_kv, head_dim, n_new, tree, dtype):
+@pytest.mark.parametrize("window", [(-1, -1), (100, 0)])
+def test_flash_cache_attention_matches_pytorch(heads, heads_kv, head_dim, n_new, tree, dtype,
+                                               window):
     torch.manual_seed(heads_kv + n_new)
     batch, capacity = 3, 700
     held = torch.tensor([0, 129, 690 - n_new], dtype=torch.int32, device="cuda")
@@ -38,9 +53,9 @@ def test_flash_cache_attention_matches_pytorch(heads, heads_kv, head_dim, n_new,
     parents = None if tree is None else torch.tensor(tree, device="cuda")
     kc64, vc64 = k_cache.double(), v_cache.double()
     ref = attend_cache_torch(q.double(), k.double(), v.double(), kc64, vc64, held,
-                             tree_parents=parents)
-    out = build_attention("flash").attend_cache(q, k, v, k_cache, v_cache, held,
-                                                tree_parents=parents)
+                             tree_parents=parents, window_size=window)
+    out = WindowedFlash(Windowed(window)).attend_cache(q, k, v, k_cache, v_cache, held,
+                                                       tree_parents=parents)
     assert out.shape == q.shape and not out.isnan().any()
     assert rel_err(out, ref) < 1e-2
     torch.testing.assert_close(k_cache.double(), kc64)  # both wrote k, v at the same places
