@@ -9,8 +9,8 @@ CHECKPOINT: an fa-train run folder (outputs/<experiment>/<run id>), a .ckpt insi
 local Hugging Face GPT-2 directory (config.json + model.safetensors or pytorch_model.bin). Without
 a prompt it samples after the end-of-text token. One prompt streams to the terminal; several
 (--prompt repeated, or a file with one per line) run as one batch. ``--draft`` turns on
-speculative greedy decoding (output equal to ``--greedy``, which it implies). The last line (stderr) gives tokens/s
-of prefill and decode separately.
+speculative greedy decoding (output equal to ``--greedy``, which it implies). The last line
+(stderr) gives tokens/s of prefill and decode separately.
 """
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def resolve_device(device: str, dtype: str):
     try:
         device = torch.device(device)
     except RuntimeError:
-        raise UserError(f"device={device!r} is invalid: expected auto, cpu, cuda or cuda:N") from None
+        raise UserError(f"device={device!r} is invalid: expected auto, cpu, cuda or "
+                        "cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError("device=cuda is invalid: no CUDA GPU is available; use --device cpu")
     name = DTYPES.get(dtype) or ("bfloat16" if device.type == "cuda" else "float32")

@@ -92,7 +92,8 @@ def time_ours(model, prompt, config):
     runs = [generate(model, [prompt], config.new_tokens, Sampling(temperature=0.0))
             for _ in range(config.repeats)]
     t = [r.timing for r in runs]
-    prefill_s, decode_s = statistics.median([x.prefill_s for x in t]), statistics.median([x.decode_s for x in t])
+    prefill_s = statistics.median([x.prefill_s for x in t])
+    decode_s = statistics.median([x.decode_s for x in t])
     return runs[0].tokens[0], prefill_s, decode_s
 
 
@@ -121,7 +122,8 @@ def _row(config, impl, tokens, prefill_s, decode_s, reference_tokens):
                      min(len(tokens), len(reference_tokens)))
     return dict(impl=impl, status="ok", prompt_len=config.prompt_len, new_tokens=n,
                 prefill_tokens_per_s=config.prompt_len / prefill_s,
-                decode_tokens_per_s=n / decode_s, end_to_end_tokens_per_s=n / (prefill_s + decode_s),
+                decode_tokens_per_s=n / decode_s,
+                end_to_end_tokens_per_s=n / (prefill_s + decode_s),
                 prefill_ms=prefill_s * 1e3, decode_ms_per_token=decode_s * 1e3 / n,
                 agree_with_hf=agree)
 
@@ -148,10 +150,12 @@ def run_generate_bench(config: GenerateBenchConfig) -> list[dict]:
 
 _CASE = ("prompt_len", "new_tokens")
 GENERATE_TABLES = (
-    Table("End-to-end tokens/s (batch 1, greedy)", _CASE, "impl", "end_to_end_tokens_per_s", ",.1f"),
+    Table("End-to-end tokens/s (batch 1, greedy)", _CASE, "impl", "end_to_end_tokens_per_s",
+          ",.1f"),
     Table("Decode tokens/s", _CASE, "impl", "decode_tokens_per_s", ",.1f"),
     Table("Prefill tokens/s", _CASE, "impl", "prefill_tokens_per_s", ",.0f"),
-    Table("Leading tokens equal to transformers' greedy output", _CASE, "impl", "agree_with_hf", "d"),
+    Table("Leading tokens equal to transformers' greedy output", _CASE, "impl", "agree_with_hf",
+          "d"),
 )
 
 

@@ -40,7 +40,8 @@ def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
         if name == "__metadata__":
             continue
         if info["dtype"] not in SAFETENSORS_DTYPES:
-            raise UserError(f"{path}: tensor {name} has dtype {info['dtype']}, which is not supported")
+            raise UserError(f"{path}: tensor {name} has dtype {info['dtype']}, which is not "
+                            "supported")
         dtype = SAFETENSORS_DTYPES[info["dtype"]]
         begin, end = (8 + size + offset for offset in info["data_offsets"])
         flat = torch.frombuffer(raw, dtype=dtype, count=(end - begin) // dtype.itemsize,
@@ -58,7 +59,8 @@ def read_hf_config(directory: Path) -> dict:
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise UserError(f"checkpoint {directory}: activation_function {act!r} is not supported "
                         "(GPT-2's tanh GELU, gelu_new, is)")
-    if config.get("scale_attn_by_inverse_layer_idx") or config.get("layer_norm_epsilon", 1e-5) != 1e-5:
+    eps = config.get("layer_norm_epsilon", 1e-5)
+    if config.get("scale_attn_by_inverse_layer_idx") or eps != 1e-5:
         raise UserError(f"checkpoint {directory}: scale_attn_by_inverse_layer_idx and a "
                         "layer_norm_epsilon other than 1e-5 are not supported")
     return config

@@ -38,7 +38,8 @@ class Sampling:
         if self.top_p is not None:
             sorted_scores, order = scores.sort(dim=-1, descending=True)
             before = sorted_scores.softmax(dim=-1).cumsum(dim=-1) - sorted_scores.softmax(dim=-1)
-            drop = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, order, before >= self.top_p)
+            drop = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, order,
+                                                                       before >= self.top_p)
             scores = scores.masked_fill(drop, -torch.inf)
         probs = scores.softmax(dim=-1)
         return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)

@@ -85,9 +85,9 @@ def first_difference(a, b):
 
 def test_flash_generation_agrees_with_sdpa():
     prompt = list(range(40, 90))
-    greedy = [generate(tiny_gpt(n_layer=2, vocab_size=500, max_seq_len=256, attention=impl)
-                       .cuda().to(torch.bfloat16), [prompt], 40, Sampling(temperature=0.0)).tokens[0]
-              for impl in ("sdpa", "flash")]
+    models = [tiny_gpt(n_layer=2, vocab_size=500, max_seq_len=256, attention=impl)
+              .cuda().to(torch.bfloat16) for impl in ("sdpa", "flash")]
+    greedy = [generate(m, [prompt], 40, Sampling(temperature=0.0)).tokens[0] for m in models]
     assert (first_difference(*greedy) or 40) >= 10, greedy  # bf16: they may part at a near-tie
 
 

@@ -66,7 +66,8 @@ def gpt2_reference(sd, ids):
         y = (att.softmax(-1) @ v).transpose(1, 2).reshape(1, n, c)
         x = x + y @ sd[p + "attn.c_proj.weight"] + sd[p + "attn.c_proj.bias"]
         m = ln(x, p + "ln_2") @ sd[p + "mlp.c_fc.weight"] + sd[p + "mlp.c_fc.bias"]
-        x = x + F.gelu(m, approximate="tanh") @ sd[p + "mlp.c_proj.weight"] + sd[p + "mlp.c_proj.bias"]
+        m = F.gelu(m, approximate="tanh")
+        x = x + m @ sd[p + "mlp.c_proj.weight"] + sd[p + "mlp.c_proj.bias"]
     return ln(x, "ln_f") @ sd["wte.weight"].T
 
 
@@ -113,7 +114,8 @@ def test_against_transformers(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    (dict(model_type="llama"), "holds a 'llama' model; fa-generate reads Hugging Face model_type 'gpt2'"),
+    (dict(model_type="llama"),
+     "holds a 'llama' model; fa-generate reads Hugging Face model_type 'gpt2'"),
     (dict(activation_function="relu"), "activation_function 'relu' is not supported"),
 ])
 def test_other_models_are_refused(tmp_path, change, message):
@@ -124,7 +126,7 @@ def test_other_models_are_refused(tmp_path, change, message):
 
 def test_missing_weights_are_named(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
-    with pytest.raises(FileNotFoundError, match="has neither model.safetensors nor pytorch_model.bin"):
+    with pytest.raises(FileNotFoundError, match="neither model.safetensors nor pytorch_model"):
         load_gpt(tmp_path)
     torch.save({"wte.weight": torch.zeros(101, 24)}, tmp_path / "pytorch_model.bin")
     with pytest.raises(UserError, match="the GPT-2 weights lack"):
