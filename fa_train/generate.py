@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fa_train.errors import UserError, exit_on_user_error, take_debug_flag
+from fa_train.errors import UserError, check_choice, exit_on_user_error, take_debug_flag
 
 DEFAULT_NEW_TOKENS = 64
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -107,6 +107,8 @@ def run(args) -> int:
     from fa_train.inference.loading import load_gpt
     from fa_train.inference.text import StopStrings, Streamer
 
+    from fa_train.attention import attention_names
+    check_choice("attention", args.attention, attention_names())
     texts = read_prompts(args)
     greedy = args.greedy or (args.draft and args.temperature is None)
     temperature = 1.0 if args.temperature is None else args.temperature
@@ -122,7 +124,8 @@ def run(args) -> int:
         raise UserError(f"tokenizer not found for {target.source}; pass --tokenizer FILE")
     prompts = encode_prompts(tok, texts)
     room = target.model.config.max_seq_len - max(len(p) for p in prompts)
-    max_new = args.max_new_tokens or max(1, min(DEFAULT_NEW_TOKENS, room))
+    max_new = (args.max_new_tokens if args.max_new_tokens is not None
+               else max(1, min(DEFAULT_NEW_TOKENS, room)))
     check_request(target.model, prompts, max_new)
     decode = tok.decode
     stop = StopStrings(decode, args.stop) if args.stop else None

@@ -79,7 +79,11 @@ def load_gpt(path: str | Path, attention: Any = "auto", device="cpu",
     names the option in errors."""
     from tokenizers import Tokenizer
     p = Path(str(path)).expanduser()
-    tokenizer = Tokenizer.from_file(str(tokenizer_file)) if tokenizer_file else None
+    tokenizer = None
+    if tokenizer_file:
+        if not Path(tokenizer_file).is_file():
+            raise FileNotFoundError(f"tokenizer {tokenizer_file} does not exist")
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
     if hf_gpt2.is_hf_dir(p):
         config = hf_gpt2.read_hf_config(p)
         model = GPT(**hf_gpt2.gpt_kwargs(config), attention=attention)

@@ -92,6 +92,10 @@ def test_stop_text_ends_the_output(run, capsys):
     (["--spec-tree", "2,x", "--draft", "."], "spec_tree='2,x' is invalid"),
     (["--draft", ".", "--temperature", "0.7"], "draft is invalid with --temperature above 0"),
     (["--stop", ""], "stop is invalid: a stop string must not be empty"),
+    (["--max-new-tokens", "0"], "max_new_tokens=0 is invalid: expected an integer >= 1"),
+    (["--attention", "fast"], "attention='fast' is invalid: expected one of "),
+    (["--tokenizer", "none.json"], "tokenizer none.json does not exist"),
+    (["--prompt-file", "none.txt"], "prompt_file none.txt does not exist"),
     pytest.param(["--device", "cuda:0"], "device=cuda is invalid: no CUDA GPU is available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")),
 ])
