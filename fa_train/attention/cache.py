@@ -49,20 +49,21 @@ def cache_keep_mask(cache_seqlens, n_new: int, length: int, tree_parents=None,
                     window_size=(-1, -1)) -> torch.Tensor:
     """(B, 1, Nq, length) bool: which of the first `length` cache positions each new token sees."""
     device = cache_seqlens.device
-    held = cache_seqlens.to(torch.long)[:, None]                      # (B, 1)
-    pos = torch.arange(length, device=device)[None, :]                # (1, length)
-    offset = pos - held                                               # new-token index at pos
-    cached = (offset < 0)[:, None, :]                                 # (B, 1, length)
-    sees = new_token_visibility(n_new, tree_parents, device)          # (Nq, Nq)
-    in_new = (offset >= 0) & (offset < n_new)
-    new = sees[:, offset.clamp(0, n_new - 1)].permute(1, 0, 2) & in_new[:, None, :]
-    keep = cached | new                                               # (B, Nq, length)
+    held = cache_seqlens.to(torch.long)[:, None, None]                         # (B, 1, 1)
+    key = torch.arange(length, device=device)[None, None, :]                   # (1, 1, L)
+    distance = key - held - torch.arange(n_new, device=device)[None, :, None]  # key - query pos
+    if tree_parents is None:
+        keep = distance <= 0
+    else:
+        offset = key - held                                                    # new-token index
+        sees = new_token_visibility(n_new, tree_parents, device)               # (Nq, Nq)
+        new = sees[:, offset[:, 0].clamp(0, n_new - 1)].transpose(0, 1)        # (B, Nq, L)
+        keep = (offset < 0) | (new & (offset < n_new))
     left, right = window_size
-    distance = offset[:, None, :] - torch.arange(n_new, device=device)[None, :, None]  # j - p
     if left >= 0:
-        keep &= distance >= -left
+        keep = keep & (distance >= -left)
     if right >= 0:
-        keep &= distance <= right
+        keep = keep & (distance <= right)
     return keep[:, None]
 
 

@@ -180,8 +180,9 @@ class GPT(nn.Module):
         """Logits (B, Nq, vocab_size) of new tokens idx (B, Nq) after the cached ones: a chain, or
         a tree by `tree_parents` (Nq,) (-1: a root, placed right after the cache). Their keys and
         values are written at cache.seqlens; `cache.advance` counts the ones kept."""
-        sees = new_token_visibility(idx.shape[1], tree_parents, idx.device)
-        depth = sees.sum(dim=1) - 1  # a new token's ancestors among the new ones
+        depth = torch.arange(idx.shape[1], device=idx.device)
+        if tree_parents is not None:  # a new token's ancestors among the new ones
+            depth = new_token_visibility(idx.shape[1], tree_parents, idx.device).sum(dim=1) - 1
         pos = cache.seqlens.to(torch.long)[:, None] + depth[None, :]
         if int(pos.max()) >= self.config.max_seq_len:
             raise ValueError(f"position {int(pos.max())} is beyond the model's context "
