@@ -4,6 +4,7 @@
                 [--greedy | --temperature 0.8] [--top-k 50] [--top-p 0.95] [--seed 0]
                 [--stop TEXT ...] [--no-stream] [--draft CHECKPOINT --spec-tree 2,2,1]
                 [--attention auto] [--device auto] [--dtype auto] [--tokenizer FILE]
+                [--threads N]
 
 CHECKPOINT: an fa-train run folder (outputs/<experiment>/<run id>), a .ckpt inside one, or a
 local Hugging Face GPT-2 directory (config.json + model.safetensors or pytorch_model.bin). Without
@@ -18,7 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from fa_train.errors import UserError, check_choice, exit_on_user_error, take_debug_flag
+from fa_train.errors import (UserError, check_choice, check_int, exit_on_user_error,
+                             take_debug_flag)
 
 DEFAULT_NEW_TOKENS = 64
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -52,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--tokenizer", help="a tokenizers JSON file (default: the checkpoint's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's; 1 is often fastest for small "
+                        "models on a busy CPU)")
     return p
 
 
@@ -118,6 +123,9 @@ def run(args) -> int:
         raise UserError("draft is invalid with --temperature above 0: speculative decoding "
                         "here is greedy")
     device, dtype = resolve_device(args.device, args.dtype)
+    if args.threads is not None:
+        import torch
+        torch.set_num_threads(check_int("threads", args.threads))
     target = load_gpt(args.checkpoint, args.attention, device, dtype, args.tokenizer)
     tok = target.tokenizer
     if tok is None:

@@ -93,6 +93,7 @@ def test_stop_text_ends_the_output(run, capsys):
     (["--draft", ".", "--temperature", "0.7"], "draft is invalid with --temperature above 0"),
     (["--stop", ""], "stop is invalid: a stop string must not be empty"),
     (["--max-new-tokens", "0"], "max_new_tokens=0 is invalid: expected an integer >= 1"),
+    (["--threads", "0"], "threads=0 is invalid: expected an integer >= 1"),
     (["--attention", "fast"], "attention='fast' is invalid: expected one of "),
     (["--tokenizer", "none.json"], "tokenizer none.json does not exist"),
     (["--prompt-file", "none.txt"], "prompt_file none.txt does not exist"),
