@@ -125,3 +125,16 @@ def test_checkpoint_of_another_model_is_refused(run, capsys, tmp_path):
         assert err.count("\n") == 1 and err.startswith("fa-generate: error: "), err
         assert ("holds a fa_train.models.BertForPreTraining model; fa-generate needs a GPT"
                 in err) or "checkpoint not found" in err
+
+
+@pytest.mark.gpu
+def test_cuda_defaults_run_flash_in_bf16(run, capsys):
+    """On a GPU the defaults pick CUDA, bfloat16 and flash (prefill and cache kernels)."""
+    folder, _, _ = run
+    argv = [str(folder), "--prompt", "the model", "--greedy", "--max-new-tokens", "12"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("the model") and "tokens/s); decode:" in out.err
+    assert main(argv + ["--draft", str(folder), "--no-stream"]) == 0
+    spec = capsys.readouterr()
+    assert "acceptance rate" in spec.err and "--- sample 0\nthe model" in spec.out
