@@ -11,7 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 MODULES = {"fa-train": "fa_train.train", "fa-bench": "fa_train.bench.cli",
-           "fa-repro": "fa_train.repro.cli", "fa-data": "fa_train.data.cli"}
+           "fa-repro": "fa_train.repro.cli", "fa-data": "fa_train.data.cli",
+           "fa-generate": "fa_train.generate"}
 
 
 def blocks(lang):

@@ -16,6 +16,11 @@ Models whose q, k, v come from one fused projection call ``attn.packed(qkv, ...)
 keywords and qkv (B, N, 3, H, d) (or (total, 3, H, d) with cu_seqlens): ``flash`` then reads the
 three in place and writes one packed gradient, so no pass copies them; the others get the views.
 
+Inference calls ``attn.attend_cache(q, k, v, k_cache, v_cache, cache_seqlens, tree_parents=None)``:
+the new tokens' k, v are written into a preallocated (B, capacity, H, d) cache and the new
+tokens attend to it (fa_train.attention.cache: the PyTorch path; ``flash`` on CUDA runs
+``kernels.flash_attn_with_kvcache``).
+
 - ``key_padding_mask``: (B, N) bool, True = real token (keep), False = padding.
 - Packed variable-length input (BERT unpadding): q, k, v are (total_tokens, H, d) and
   ``cu_seqlens`` (int32, (batch + 1,)) with ``max_seqlen`` describe the sequences; the output is

@@ -44,5 +44,8 @@ class AutoAttention(Attention):
     def packed(self, qkv, **kwargs):
         return self.choice(qkv.device).packed(qkv, **kwargs)
 
+    def attend_cache(self, q, *args, **kwargs):
+        return self.choice(q.device).attend_cache(q, *args, **kwargs)
+
     def __repr__(self):
         return f"AutoAttention(on_cuda={self.on_cuda!r}, elsewhere={self.elsewhere!r})"

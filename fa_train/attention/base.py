@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
+from fa_train.attention.cache import attend_cache_torch
 from fa_train.attention.padding import run_varlen_by_padding
 
 # what a call may ask for; an implementation declares the subset it runs in `supports`
@@ -29,7 +30,8 @@ class Attention:
     Subclasses set `name`, `supports` (keys of FEATURES), `native_varlen` (packed input runs
     without padding), `runs_triton` (CUDA tensors needed, or the Triton interpreter) and `Config`
     (a dataclass of their options, built from the attention config's keys), and implement
-    `forward`; `packed` may read a packed qkv in place.
+    `forward`; `packed` may read a packed qkv in place; `attend_cache` (inference against a KV
+    cache) runs in PyTorch unless an implementation has a kernel for it.
     """
 
     name: ClassVar[str] = ""
@@ -99,6 +101,20 @@ class Attention:
         return self(*qkv.unbind(dim=-3), causal=causal, dropout_p=dropout_p,
                     key_padding_mask=key_padding_mask, softmax_scale=softmax_scale,
                     cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
+
+    def attend_cache(self, q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale=None,
+                     tree_parents=None) -> torch.Tensor:
+        """New tokens' q, k, v (B, Nq, H, d) against a KV cache (B, capacity, Hkv, d) holding
+        cache_seqlens[b] tokens per row: k, v are written there first, then each new token sees
+        the cache and the new tokens before it (or its ancestors in ``tree_parents``); see
+        fa_train.attention.cache."""
+        return attend_cache_torch(q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale,
+                                  tree_parents, self.sliding_window())
+
+    def sliding_window(self) -> tuple[int, int]:
+        """(left, right): keys a query sees each side of its diagonal, -1 = unbounded; a config
+        with a ``window`` (a sliding-window implementation) gives it."""
+        return tuple(getattr(self.config, "window", (-1, -1)))
 
     def __repr__(self):
         return f"{type(self).__name__}({self.config})"

@@ -1,5 +1,5 @@
 """flash: our Triton FlashAttention kernels (kernels.flash_attn), packed variable-length input
-natively and a packed qkv read in place."""
+natively, a packed qkv read in place, and KV-cache decoding by kernels.flash_attn_with_kvcache."""
 from __future__ import annotations
 
 import os
@@ -58,3 +58,19 @@ class FlashAttention(Attention):
                                                     int(max_seqlen), **options)
         from kernels import flash_attn_qkvpacked_func
         return flash_attn_qkvpacked_func(qkv, key_padding_mask=key_padding_mask, **options)
+
+    def attend_cache(self, q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale=None,
+                     tree_parents=None):
+        """On CUDA, kernels.flash_attn_with_kvcache (which writes k, v into the cache itself);
+        elsewhere the PyTorch path of the base class."""
+        if q.device.type != "cuda":
+            return super().attend_cache(q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale,
+                                        tree_parents)
+        from kernels import flash_attn_with_kvcache
+        if tree_parents is not None:
+            tree_parents = tree_parents.to(device=q.device, dtype=torch.int32)
+        return flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v,
+                                       cache_seqlens=cache_seqlens.to(torch.int32),
+                                       softmax_scale=softmax_scale, causal=True,
+                                       window_size=self.sliding_window(),
+                                       tree_parents=tree_parents)

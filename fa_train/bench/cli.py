@@ -1,4 +1,5 @@
-"""fa-bench: attention benchmarks (paper Figures 2 and 3). Every subcommand takes --out DIR.
+"""fa-bench: attention benchmarks (paper Figures 2 and 3), training and generation throughput. Every
+subcommand takes --out DIR.
 
   fa-bench attention   --out DIR [--impls ...] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]
                        [--dropout 0.0] [--padding] [--passes fwd,bwd,fwd+bwd] [--dtype bf16]
@@ -15,6 +16,8 @@
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
                        [--compile 0,1] [--runners bare,trainer] [--batch 16] [--seqlen 1024]
                        [--losses auto,fused,torch] [--steps 20] [--profile]
+  fa-bench generate    --out DIR [--model gpt2-small | --checkpoint RUN_OR_HF_DIR]
+                       [--impls flash,sdpa] [--prompt-len 128] [--new-tokens 256] [--no-hf]
 """
 from __future__ import annotations
 
@@ -174,6 +177,18 @@ def build_parser():
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps (compilation)")
     p.add_argument("--profile", action="store_true",
                    help="also profile 3 steps: GPU busy time and top kernels")
+
+    p = sub.add_parser("generate", help="batch-1 generation tokens/s, ours vs transformers")
+    _add_common(p, quick=False)
+    p.add_argument("--model", default="gpt2-small", help="GPT-2 preset (random weights)")
+    p.add_argument("--checkpoint", default=None,
+                   help="an fa-train run or a Hugging Face GPT-2 directory instead of --model")
+    p.add_argument("--impls", type=_words("--impls"), default=["flash", "sdpa"],
+                   help="comma list from flash,sdpa,standard")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs (median)")
+    p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     return parser
 
 
@@ -238,6 +253,14 @@ def configure(args):
             steps=args.steps, warmup_steps=args.warmup_steps, profile=args.profile,
             compile_mode=args.compile_mode, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports
+    if args.command == "generate":
+        from fa_train.bench import generate as mod
+        common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check"), common.pop("progress")
+        config = mod.GenerateBenchConfig(
+            model=args.model, checkpoint=args.checkpoint, impls=args.impls,
+            prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats,
+            hf=not args.no_hf, **common)
+        return config.validate(), mod.run_generate_bench, mod.write_generate_reports
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
 
 

@@ -3,6 +3,11 @@
 Learned absolute positions, tied input/output embeddings, pre-LayerNorm blocks, GELU MLP,
 dropout 0.1, context length up to 64K, optional activation checkpointing. Attention goes through
 fa_train.attention, so ``attention=standard|sdpa|flash|blocksparse`` changes nothing else.
+
+Inference with a KV cache (fa_train.models.kv_cache): ``cache = model.new_cache(B, capacity)``,
+``model.prefill(prompts, lengths, cache)`` over right-padded prompts (the training attention
+path), then ``model.decode(tokens, cache)`` per step (``tree_parents`` for a token tree) and
+``cache.advance(n)``; fa_train.inference builds sampling and speculative decoding on these.
 """
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from fa_train.attention import build_attention
+from fa_train.attention.cache import new_token_visibility
 from fa_train.errors import check_choice, check_float, check_int, check_model_shape
+from fa_train.models.kv_cache import KVCache, LayerCache
 
 LOSS_IMPLS = ("auto", "fused", "torch")
 
@@ -52,11 +59,14 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = cfg.dropout
         self.attention = attention
 
-    def forward(self, x):
+    def forward(self, x, cache: LayerCache | None = None):
         b, n, c = x.shape
         qkv = self.c_attn(x).view(b, n, 3, self.n_head, c // self.n_head)
-        y = self.attention.packed(qkv, causal=True,
-                                  dropout_p=self.attn_dropout if self.training else 0.0)
+        if cache is not None:
+            y = cache.attend(self.attention, qkv)
+        else:
+            y = self.attention.packed(qkv, causal=True,
+                                      dropout_p=self.attn_dropout if self.training else 0.0)
         return self.resid_dropout(self.c_proj(y.reshape(b, n, c)))
 
 
@@ -79,8 +89,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, cache: LayerCache | None = None):
+        x = x + self.attn(self.ln_1(x), cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -136,6 +146,48 @@ class GPT(nn.Module):
     def _fused_loss(self, x):
         impl = self.config.loss_impl
         return impl == "fused" or (impl == "auto" and x.is_cuda)
+
+    def new_cache(self, batch: int, capacity: int, dtype: torch.dtype | None = None,
+                  device=None) -> KVCache:
+        """An empty KV cache for `batch` rows of up to `capacity` tokens."""
+        c = self.config
+        check_int("capacity", capacity)
+        w = self.wte.weight
+        return KVCache.empty(c.n_layer, batch, capacity, c.n_head, c.d_model // c.n_head,
+                             dtype or w.dtype, device or w.device)
+
+    def _cached_logits(self, x, cache: KVCache, prefill: bool, tree_parents=None):
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache.layer(i, prefill, tree_parents))
+        return self.lm_head(self.ln_f(x))[..., :self.config.vocab_size]
+
+    @torch.no_grad()
+    def prefill(self, idx: torch.Tensor, lengths: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Fill an empty `cache` with right-padded prompts idx (B, N) of `lengths` (B,) tokens;
+        returns the logits (B, vocab_size) after each prompt's last token."""
+        n = idx.shape[1]
+        if n > cache.capacity:
+            raise ValueError(f"prompt of {n} tokens exceeds the KV cache capacity {cache.capacity}")
+        pos = torch.arange(n, device=idx.device)
+        logits = self._cached_logits(self.wte(idx) + self.wpe(pos), cache, prefill=True)
+        cache.seqlens.copy_(lengths)
+        rows = torch.arange(idx.shape[0], device=idx.device)
+        return logits[rows, lengths.to(device=idx.device, dtype=torch.long) - 1]
+
+    @torch.no_grad()
+    def decode(self, idx: torch.Tensor, cache: KVCache,
+               tree_parents: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, Nq, vocab_size) of new tokens idx (B, Nq) after the cached ones: a chain, or
+        a tree by `tree_parents` (Nq,) (-1: a root, placed right after the cache). Their keys and
+        values are written at cache.seqlens; `cache.advance` counts the ones kept."""
+        depth = torch.arange(idx.shape[1], device=idx.device)
+        if tree_parents is not None:  # a new token's ancestors among the new ones
+            depth = new_token_visibility(idx.shape[1], tree_parents, idx.device).sum(dim=1) - 1
+        pos = cache.seqlens.to(torch.long)[:, None] + depth[None, :]
+        if int(pos.max()) >= self.config.max_seq_len:
+            raise ValueError(f"position {int(pos.max())} is beyond the model's context "
+                             f"(model.max_seq_len={self.config.max_seq_len})")
+        return self._cached_logits(self.wte(idx) + self.wpe(pos), cache, False, tree_parents)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, N, vocab_size); with ``targets`` (B, N; -100 = ignored) the mean next-token

@@ -1,0 +1,177 @@
+"""Text generation throughput at batch 1: prefill and KV-cache decode tokens/s of our GPT per
+attention implementation (flash: kernels.flash_attn_with_kvcache; sdpa/standard: the PyTorch
+cache path), beside Hugging Face transformers' ``generate`` on the same weights when transformers
+is importable.
+
+Weights: a GPT-2 preset initialized at random (the same tensors are loaded into both models), or
+``checkpoint``: an fa-train run or a Hugging Face GPT-2 directory (transformers then loads that
+directory). Greedy decoding of ``new_tokens`` after a random ``prompt_len``-token prompt;
+``agree_with_hf``: how many leading generated tokens equal transformers' (low precision may part
+ways after a near-tie).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from fa_train.bench.attention import _check_list
+from fa_train.bench.common import (RunOptions, environment, free_memory, is_oom, parse_dtype,
+                                   resolve_device, short_reason, synchronize)
+from fa_train.bench.report import Table, write_reports
+from fa_train.inference import Sampling, generate
+from fa_train.inference.hf_gpt2 import is_hf_dir, to_gpt_state
+from fa_train.models.gpt import GPT2_PRESETS
+
+IMPLS = ("flash", "sdpa", "standard")
+HF = "hf-transformers"
+
+
+@dataclass
+class GenerateBenchConfig(RunOptions):
+    model: str = "gpt2-small"
+    checkpoint: str | None = None
+    impls: list = field(default_factory=lambda: ["flash", "sdpa"])
+    prompt_len: int = 128
+    new_tokens: int = 256
+    repeats: int = 3
+    dtype: str = "bf16"
+    hf: bool = True
+
+    def validate(self):
+        self.impls = _check_list("impls", self.impls, allowed=IMPLS)
+        if self.checkpoint is None and self.model not in GPT2_PRESETS:
+            raise ValueError(f"model must be one of {sorted(GPT2_PRESETS)}, got {self.model!r}")
+        for name in ("prompt_len", "new_tokens", "repeats"):
+            _check_list(name, [getattr(self, name)], positive=True)
+        parse_dtype(self.dtype)
+        resolve_device(self.device)
+        return self
+
+
+def hf_model(config, dtype, device):
+    """transformers' GPT2LMHeadModel: the checkpoint directory's, or the preset's shape at random
+    (None: transformers is not importable, or the checkpoint is an fa-train run)."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    if config.checkpoint is not None:
+        if not is_hf_dir(config.checkpoint):
+            return None
+        model = transformers.GPT2LMHeadModel.from_pretrained(config.checkpoint)
+    else:
+        p = GPT2_PRESETS[config.model]
+        torch.manual_seed(config.seed)
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=50257, n_positions=1024, n_embd=p["d_model"], n_layer=p["n_layer"],
+            n_head=p["n_head"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    return model.to(device, dtype).eval()
+
+
+def our_model(config, impl, device, dtype, reference):
+    """Our GPT for `impl`: the checkpoint's, or `reference`'s weights (a transformers model;
+    without one, the preset initialized by our own seeded init)."""
+    from fa_train.inference.loading import load_gpt
+    from fa_train.models import GPT
+    if config.checkpoint is not None:
+        return load_gpt(config.checkpoint, {"impl": impl}, device, dtype).model
+    torch.manual_seed(config.seed)
+    model = GPT(preset=config.model, vocab_size=50257, max_seq_len=1024, dropout=0.0,
+                attention={"impl": impl})
+    if reference is not None:
+        state = {k: v.float().cpu() for k, v in reference.state_dict().items()}
+        model.load_state_dict(to_gpt_state(state, model.config.n_layer, model.wte.num_embeddings))
+    return model.to(device, dtype).eval()
+
+
+def time_ours(model, prompt, config):
+    generate(model, [prompt], min(8, config.new_tokens), Sampling(temperature=0.0))  # warm-up
+    runs = [generate(model, [prompt], config.new_tokens, Sampling(temperature=0.0))
+            for _ in range(config.repeats)]
+    t = [r.timing for r in runs]
+    prefill_s = statistics.median([x.prefill_s for x in t])
+    decode_s = statistics.median([x.decode_s for x in t])
+    return runs[0].tokens[0], prefill_s, decode_s
+
+
+def time_hf(model, prompt, config, device):
+    ids = torch.tensor([prompt], device=device)
+
+    def run(n):
+        synchronize(device)
+        start = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             use_cache=True, pad_token_id=0, attention_mask=torch.ones_like(ids))
+        synchronize(device)
+        return out[0, len(prompt):].tolist(), time.perf_counter() - start
+
+    run(min(8, config.new_tokens))  # warm-up
+    prefill_s = statistics.median([run(1)[1] for _ in range(config.repeats)])
+    timed = [run(config.new_tokens) for _ in range(config.repeats)]
+    return timed[0][0], prefill_s, statistics.median([s for _, s in timed]) - prefill_s
+
+
+def _row(config, impl, tokens, prefill_s, decode_s, reference_tokens):
+    n = config.new_tokens
+    agree = None
+    if reference_tokens is not None:
+        agree = next((i for i, (a, b) in enumerate(zip(tokens, reference_tokens)) if a != b),
+                     min(len(tokens), len(reference_tokens)))
+    return dict(impl=impl, status="ok", prompt_len=config.prompt_len, new_tokens=n,
+                prefill_tokens_per_s=config.prompt_len / prefill_s,
+                decode_tokens_per_s=n / decode_s,
+                end_to_end_tokens_per_s=n / (prefill_s + decode_s),
+                prefill_ms=prefill_s * 1e3, decode_ms_per_token=decode_s * 1e3 / n,
+                agree_with_hf=agree)
+
+
+def run_generate_bench(config: GenerateBenchConfig) -> list[dict]:
+    device, dtype = resolve_device(config.device), parse_dtype(config.dtype)
+    reference = hf_model(config, dtype, device) if config.hf else None
+    gen = torch.Generator().manual_seed(config.seed)
+    prompt = torch.randint(0, 256, (config.prompt_len,), generator=gen).tolist()
+    rows, hf_tokens = [], None
+    if reference is not None:
+        hf_tokens, prefill_s, decode_s = time_hf(reference, prompt, config, device)
+        rows.append(_row(config, HF, hf_tokens, prefill_s, decode_s, None))
+    for impl in config.impls:
+        try:
+            model = our_model(config, impl, device, dtype, reference)
+            rows.append(_row(config, impl, *time_ours(model, prompt, config), hf_tokens))
+        except Exception as exc:  # noqa: BLE001 - a failed case is a row, the others still run
+            rows.append(dict(impl=impl, status="oom" if is_oom(exc) else "error",
+                             reason=short_reason(exc)))
+        free_memory(device)
+    return rows
+
+
+_CASE = ("prompt_len", "new_tokens")
+GENERATE_TABLES = (
+    Table("End-to-end tokens/s (batch 1, greedy)", _CASE, "impl", "end_to_end_tokens_per_s",
+          ",.1f"),
+    Table("Decode tokens/s", _CASE, "impl", "decode_tokens_per_s", ",.1f"),
+    Table("Prefill tokens/s", _CASE, "impl", "prefill_tokens_per_s", ",.0f"),
+    Table("Leading tokens equal to transformers' greedy output", _CASE, "impl", "agree_with_hf",
+          "d"),
+)
+
+
+def write_generate_reports(rows, out_dir, config, name="generate"):
+    if isinstance(config, dict):
+        config = GenerateBenchConfig(**config)
+    weights = config.checkpoint or f"{config.model}, random weights"
+    notes = [f"Weights: {weights}; {config.dtype}; batch 1, greedy; a random "
+             f"{config.prompt_len}-token prompt, {config.new_tokens} new tokens; median of "
+             f"{config.repeats} runs after a warm-up."]
+    if any(r["impl"] == HF for r in rows):
+        notes.append(f"{HF}: transformers' generate on the same weights (its prefill: a "
+                     "generate call of one new token).")
+    else:
+        notes.append("No transformers row: transformers is not importable, or the weights are "
+                     "an fa-train run.")
+    notes.append("")
+    return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
+                         asdict(config), GENERATE_TABLES, (), notes)

@@ -1,0 +1,140 @@
+"""fa-generate end to end on a tiny fa-train run folder written here."""
+import pytest
+import torch
+import yaml
+
+from fa_train.data.lm import LMDataModule
+from fa_train.data.tokenizer import train_bpe
+from fa_train.generate import main
+from fa_train.inference import Sampling, generate
+from tests.fa_train.inference.helpers import tiny_gpt
+
+TEXT = ["def generate(model, prompt):", "return the tokens of a prompt", "the model and its cache"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """outputs/<run>/{config.yaml, checkpoints/last.ckpt} and the tokenizer where the run's
+    datamodule keeps it; returns (run folder, model, tokenizer)."""
+    root = tmp_path_factory.mktemp("gen")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(TEXT * 20))
+    data = dict(_target_="fa_train.data.lm.LMDataModule", source="text",
+                data_files=str(corpus), tokenizer="bpe", vocab_size=300, seq_len=16,
+                batch_size=2, cache_dir=str(root / "cache"))
+    model = tiny_gpt(vocab_size=300, max_seq_len=48)
+    model_cfg = dict(_target_="fa_train.models.GPT", vocab_size=300, max_seq_len=48, n_layer=2,
+                     n_head=4, d_model=32, dropout=0.0, attention={"impl": "flash"})
+    folder = root / "outputs" / "default" / "run1"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"model": model_cfg, "data": data}))
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "global_step": 3}, folder / "checkpoints" / "last.ckpt")
+    dm = LMDataModule(**{k: v for k, v in data.items() if k != "_target_"})
+    dm.data_dir.mkdir(parents=True)
+    tok = train_bpe(TEXT * 20, 300, dm.data_dir / "tokenizer.json")
+    return folder, model, tok
+
+
+def cli(capsys, checkpoint, *args):
+    """fa-generate on the CPU (the tests compare with float32 CPU generation)."""
+    code = main([str(a) for a in (checkpoint, "--device", "cpu", *args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_greedy_batch_matches_generate(run, capsys):
+    folder, model, tok = run
+    prompts = ["the model", "def"]
+    code, out, err = cli(capsys, folder, "--prompt", prompts[0], "--prompt", prompts[1],
+                         "--greedy", "--max-new-tokens", 8)
+    assert code == 0
+    ids = [tok.encode(p).ids for p in prompts]
+    expected = generate(model, ids, 8, Sampling(temperature=0.0), eos_id=0).tokens
+    for i, (p, t) in enumerate(zip(prompts, expected)):
+        assert f"--- sample {i}\n{p}{tok.decode(t)}" in out
+    assert "[fa-generate] prefill:" in err and "tokens/s); decode:" in err
+
+
+def test_streamed_sample_and_speculative_output_agree(run, capsys, tmp_path):
+    folder, model, tok = run
+    prompt_file = tmp_path / "p.txt"
+    prompt_file.write_text("return the\n\n")
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    _, streamed, _ = cli(capsys, ckpt, "--prompt-file", prompt_file, "--greedy",
+                         "--max-new-tokens", 10)
+    code, spec, err = cli(capsys, folder, "--prompt", "return the", "--max-new-tokens", 10,
+                          "--draft", folder, "--spec-tree", "2,1")
+    assert code == 0 and streamed == spec and streamed.startswith("return the")
+    assert "acceptance rate 1.00" in err
+    _, seeded, _ = cli(capsys, folder, "--prompt", "the", "--seed", 4, "--top-k", 5)
+    assert seeded == cli(capsys, folder, "--prompt", "the", "--seed", 4, "--top-k", 5)[1]
+
+
+def test_stop_text_ends_the_output(run, capsys):
+    folder, _, _ = run
+    _, free, _ = cli(capsys, folder, "--prompt", "the", "--greedy", "--max-new-tokens", 12,
+                     "--no-stream")
+    text = free.split("\n", 1)[1].rstrip("\n")
+    stop = text[6:9]
+    _, cut, _ = cli(capsys, folder, "--prompt", "the", "--greedy", "--max-new-tokens", 12,
+                    "--stop", stop)
+    assert cut == text[:text.index(stop)] + "\n"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--temperature", "-2"], "temperature=-2.0 is invalid: expected a number in [0, inf]"),
+    (["--top-p", "0"], "top_p=0.0 is invalid: expected a number in (0, 1]"),
+    (["--top-k", "0"], "top_k=0 is invalid: expected an integer >= 1"),
+    (["--prompt", "the " * 60], "prompt is invalid: 61 tokens is longer than the model's context "
+                                "(model.max_seq_len=48)"),
+    (["--max-new-tokens", "100"], "max_new_tokens=100 is invalid: expected at most 47"),
+    (["--spec-tree", "2,x", "--draft", "."], "spec_tree='2,x' is invalid"),
+    (["--draft", ".", "--temperature", "0.7"], "draft is invalid with --temperature above 0"),
+    (["--stop", ""], "stop is invalid: a stop string must not be empty"),
+    (["--max-new-tokens", "0"], "max_new_tokens=0 is invalid: expected an integer >= 1"),
+    (["--threads", "0"], "threads=0 is invalid: expected an integer >= 1"),
+    (["--attention", "fast"], "attention='fast' is invalid: expected one of "),
+    (["--tokenizer", "none.json"], "tokenizer none.json does not exist"),
+    (["--prompt-file", "none.txt"], "prompt_file none.txt does not exist"),
+    pytest.param(["--device", "cuda:0"], "device=cuda is invalid: no CUDA GPU is available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")),
+])
+def test_bad_options_give_one_line(run, capsys, args, message):
+    folder, _, _ = run
+    with pytest.raises(SystemExit) as exit_:
+        main([str(folder), "--device", "cpu", *args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.startswith(f"fa-generate: error: {message}") and err.count("\n") == 1, err
+
+
+def test_checkpoint_of_another_model_is_refused(run, capsys, tmp_path):
+    folder, _, _ = run
+    other = tmp_path / "bert-run"
+    (other / "checkpoints").mkdir(parents=True)
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    cfg["model"]["_target_"] = "fa_train.models.BertForPreTraining"
+    (other / "config.yaml").write_text(yaml.safe_dump(cfg))
+    ckpt = (folder / "checkpoints" / "last.ckpt").read_bytes()
+    (other / "checkpoints" / "last.ckpt").write_bytes(ckpt)
+    for args in ([other], [folder, "--draft", other], [tmp_path / "missing"]):
+        with pytest.raises(SystemExit):
+            main([str(a) for a in args])
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("fa-generate: error: "), err
+        assert ("holds a fa_train.models.BertForPreTraining model; fa-generate needs a GPT"
+                in err) or "checkpoint not found" in err
+
+
+@pytest.mark.gpu
+def test_cuda_defaults_run_flash_in_bf16(run, capsys):
+    """On a GPU the defaults pick CUDA, bfloat16 and flash (prefill and cache kernels)."""
+    folder, _, _ = run
+    argv = [str(folder), "--prompt", "the model", "--greedy", "--max-new-tokens", "12"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("the model") and "tokens/s); decode:" in out.err
+    assert main(argv + ["--draft", str(folder), "--no-stream"]) == 0
+    spec = capsys.readouterr()
+    assert "acceptance rate" in spec.err and "--- sample 0\nthe model" in spec.out
