@@ -1,0 +1,35 @@
+"""Attention implementations that hold tensors of their own (learned projections, random
+features): an `Attention` that is also an `nn.Module`, so a model that keeps it as an attribute
+trains, moves, casts and saves those tensors with its own. A model builds one attention object and
+shares it across its layers, so such tensors are shared by all layers and heads."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from fa_train.attention.base import Attention
+
+
+class ModuleAttention(Attention, nn.Module):
+    """`Attention` with nn.Module state; called with the common signature (Attention.__call__)."""
+
+    def __init__(self, config=None):
+        nn.Module.__init__(self)
+        Attention.__init__(self, config)
+
+    __call__ = Attention.__call__
+    __repr__ = Attention.__repr__
+
+
+def heads_first(*tensors, dtype=None):
+    """(B, N, H, d) tensors as (B, H, N, d), in `dtype` (default: at least float32, the precision
+    the approximations compute in)."""
+    dtype = dtype or torch.promote_types(tensors[0].dtype, torch.float32)
+    return [t.transpose(1, 2).to(dtype) for t in tensors]
+
+
+def scale_of(softmax_scale, head_dim):
+    """The softmax temperature: `softmax_scale`, or 1 / sqrt(head_dim) when None."""
+    return softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
