@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fa_train.attention.module import at_least_float32
+
 
 def sort_rounds(x, order):
     """x (B, H, N, d) reordered per round: (B, H, R, N, d), row n of round r = x[order[r, n]]."""
@@ -53,7 +55,7 @@ def attend_in_chunks(q, k, v, q_pos, k_pos, k_valid, chunk, scale, *, look_back=
     k_valid = _chunks(k_valid, chunk, False)
     if look_back and k.shape[3] > 1:
         k, v_, k_pos, k_valid = (_with_chunk_before(t) for t in (k, v_, k_pos, k_valid))
-    scores = q @ k.transpose(-2, -1) * scale                      # (B, H, R, nc, c, c')
+    scores = at_least_float32(q @ k.transpose(-2, -1)) * scale    # (B, H, R, nc, c, c')
     valid = k_valid[..., None, :].expand(scores.shape)
     if causal:
         valid = valid & (k_pos[..., None, :] <= q_pos[..., :, None])
@@ -62,7 +64,7 @@ def attend_in_chunks(q, k, v, q_pos, k_pos, k_valid, chunk, scale, *, look_back=
                                     self_score)
     scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
     lse = scores.logsumexp(dim=-1)
-    probs = torch.exp(scores - lse[..., None]) * valid  # rows with no valid key: zeros
+    probs = (torch.exp(scores - lse[..., None]) * valid).to(v.dtype)  # no valid key: zeros
     if dropout_p > 0.0:
         probs = F.dropout(probs, p=dropout_p, training=True)
     out = (probs @ v_).flatten(3, 4)[..., :n, :]
@@ -71,8 +73,8 @@ def attend_in_chunks(q, k, v, q_pos, k_pos, k_valid, chunk, scale, *, look_back=
 
 def unsort_and_combine(out, lse, order):
     """Rounds (B, H, R, N, d) in sorted order -> (B, H, N, d): back to positions, weighted by
-    softmax over rounds of their lse."""
+    softmax over rounds of their lse, in the output's dtype."""
     undo = order.argsort(dim=-1)
     out = out.gather(3, undo[..., None].expand(out.shape))
     weights = torch.softmax(lse.gather(3, undo), dim=2)
-    return (weights[..., None] * out).sum(dim=2)
+    return (weights[..., None] * out).sum(dim=2).to(out.dtype)

@@ -80,7 +80,7 @@ class LinearAttention(Attention):
         if softmax_scale is not None:
             raise ValueError("attention impl 'linear' has no softmax: softmax_scale must be None, "
                              f"got {softmax_scale}")
-        qh, kh, vh = heads_first(q, k, v)
+        qh, kh, vh = heads_first(q, k, v, upcast=True)  # sums over the sequence in float32
         phi_q, phi_k = F.elu(qh) + 1, zero_padded_keys(F.elu(kh) + 1, key_padding_mask)
         out = kernelized_attention(phi_q, phi_k, vh, causal, self.config.chunk_size)
         return out.transpose(1, 2).to(q.dtype)

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fa_train.attention.module import ModuleAttention, heads_first, scale_of
+from fa_train.attention.module import ModuleAttention, at_least_float32, heads_first, scale_of
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class LinformerAttention(ModuleAttention):
             kh, vh = kh * keep, vh * keep
         kp = self.E[:, :n].to(kh.dtype) @ kh          # (B, H, k, d)
         vp = self.F[:, :n].to(vh.dtype) @ vh
-        probs = torch.softmax(qh @ kp.transpose(-2, -1) * scale_of(softmax_scale, q.shape[-1]),
-                              dim=-1)
+        scores = at_least_float32(qh @ kp.transpose(-2, -1)) * scale_of(softmax_scale, q.shape[-1])
+        probs = torch.softmax(scores, dim=-1).to(vp.dtype)
         if dropout_p > 0.0:
             probs = F.dropout(probs, p=dropout_p, training=True)
-        return (probs @ vp).transpose(1, 2).to(q.dtype)
+        return (probs @ vp).transpose(1, 2)

@@ -23,11 +23,15 @@ class ModuleAttention(Attention, nn.Module):
     __repr__ = Attention.__repr__
 
 
-def heads_first(*tensors, dtype=None):
-    """(B, N, H, d) tensors as (B, H, N, d), in `dtype` (default: at least float32, the precision
-    the approximations compute in)."""
-    dtype = dtype or torch.promote_types(tensors[0].dtype, torch.float32)
-    return [t.transpose(1, 2).to(dtype) for t in tensors]
+def at_least_float32(t):
+    """`t` in float32 when it is a half type (softmax statistics, feature sums), else as it is."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def heads_first(*tensors, upcast=False):
+    """(B, N, H, d) tensors as (B, H, N, d); `upcast`: in at least float32."""
+    return [at_least_float32(t.transpose(1, 2)) if upcast else t.transpose(1, 2)
+            for t in tensors]
 
 
 def scale_of(softmax_scale, head_dim):

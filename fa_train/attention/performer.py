@@ -87,7 +87,7 @@ class PerformerAttention(ModuleAttention):
         return self.features
 
     def forward(self, q, k, v, causal, dropout_p, softmax_scale, key_padding_mask=None):
-        qh, kh, vh = heads_first(q, k, v)
+        qh, kh, vh = heads_first(q, k, v, upcast=True)  # sums over the sequence in float32
         root = math.sqrt(scale_of(softmax_scale, q.shape[-1]))  # (r q).(r k) = q.k * scale
         w = self._directions(q.shape[-1], q.device).to(qh.dtype)
         phi_q = positive_features(qh * root, w, is_query=True)

@@ -15,7 +15,7 @@ import torch
 from fa_train.attention.base import Attention
 from fa_train.attention.bucketed import (attend_in_chunks, key_validity, sort_rounds,
                                          unsort_and_combine)
-from fa_train.attention.module import heads_first, scale_of
+from fa_train.attention.module import at_least_float32, heads_first, scale_of
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class SmyrfConfig:
 
 def asymmetric_hashes(q, k, n_hashes):
     """E2LSH projections of F(q) and G(k): two (B, H, R, N) tensors."""
-    q, k = q.detach(), k.detach()
+    q, k = at_least_float32(q.detach()), at_least_float32(k.detach())
     q_sq, k_sq = q.pow(2).sum(-1, keepdim=True), k.pow(2).sum(-1, keepdim=True)
     top = q_sq.amax(dim=-2, keepdim=True) + k_sq.amax(dim=-2, keepdim=True)
     fq = torch.cat([q, torch.zeros_like(q_sq), (top - q_sq).clamp_min(0).sqrt()], dim=-1)

@@ -56,6 +56,10 @@ def test_shapes_dtype_and_gradients_flow(impl):
         assert torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
     if impl == "linformer":
         assert attn.E.grad.abs().sum() > 0 and attn.F.grad.abs().sum() > 0
+    half = attn(*(t.detach().bfloat16() for t in (q, k, v)), key_padding_mask=kpm)
+    assert half.dtype == torch.bfloat16 and torch.isfinite(half).all()
+    if impl in ("linformer", "linear"):  # the others draw at random
+        torch.testing.assert_close(half.float(), out.detach(), atol=0.1, rtol=0.1)
 
 
 def test_linformer_with_k_n_and_identity_projections_is_exact_attention():
