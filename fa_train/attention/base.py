@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Mapping
 import torch
 
 from fa_train.attention.padding import run_varlen_by_padding
+from fa_train.errors import UserError
 
 # what a call may ask for; an implementation declares the subset it runs in `supports`
 FEATURES = {
@@ -72,7 +73,7 @@ class Attention:
                  "varlen": cu_seqlens is not None, "gqa": gqa}
         for feature, wanted in asked.items():
             if wanted and feature not in self.supports:
-                raise ValueError(f"attention impl {self.name!r} does not support "
+                raise UserError(f"attention impl {self.name!r} does not support "
                                  f"{FEATURES[feature]}; it supports: "
                                  f"{', '.join(sorted(self.supports))}")
 

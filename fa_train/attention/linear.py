@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from fa_train.attention.base import Attention
-from fa_train.attention.module import heads_first
+from fa_train.attention.module import check_int_options, heads_first
 
 
 def _normalized(num, den):
@@ -64,9 +64,7 @@ class LinearConfig:
     chunk_size: int = 64   # causal form: tokens per chunk of the prefix sums
 
     def __post_init__(self):
-        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) \
-                or self.chunk_size < 1:
-            raise ValueError(f"attention.chunk_size must be an int >= 1, got {self.chunk_size!r}")
+        check_int_options(self, chunk_size=1)
 
 
 class LinearAttention(Attention):

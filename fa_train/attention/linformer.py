@@ -16,7 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fa_train.attention.module import ModuleAttention, at_least_float32, heads_first, scale_of
+from fa_train.attention.module import (ModuleAttention, at_least_float32, check_int_options,
+                                       heads_first, scale_of)
+from fa_train.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -25,12 +27,7 @@ class LinformerConfig:
     max_seq_len: Optional[int] = None   # columns of E and F; None: the model's max_seq_len
 
     def __post_init__(self):
-        for name in ("k", "max_seq_len"):
-            value = getattr(self, name)
-            if value is None and name == "max_seq_len":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"attention.{name} must be an int >= 1, got {value!r}")
+        check_int_options(self, k=1, max_seq_len=(1, None))
 
 
 class LinformerAttention(ModuleAttention):
@@ -42,7 +39,7 @@ class LinformerAttention(ModuleAttention):
         super().__init__(config)
         k, n = self.config.k, self.config.max_seq_len
         if n is None:
-            raise ValueError("attention impl 'linformer' needs max_seq_len (the longest sequence, "
+            raise UserError("attention impl 'linformer' needs max_seq_len (the longest sequence, "
                              "the width of its projections): set attention.max_seq_len")
         self.E = nn.Parameter(torch.randn(k, n) / k ** 0.5)
         self.F = nn.Parameter(torch.randn(k, n) / k ** 0.5)
@@ -50,7 +47,7 @@ class LinformerAttention(ModuleAttention):
     def forward(self, q, k, v, causal, dropout_p, softmax_scale, key_padding_mask=None):
         n, limit = k.shape[1], self.config.max_seq_len
         if n > limit:
-            raise ValueError(f"attention impl 'linformer' was built for sequences of at most "
+            raise UserError(f"attention impl 'linformer' was built for sequences of at most "
                              f"max_seq_len = {limit} tokens, got {n}")
         qh, kh, vh = heads_first(q, k, v)
         if key_padding_mask is not None:  # padded keys and values join no projected row

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from fa_train.attention.base import Attention
+from fa_train.errors import check_int
 
 
 class ModuleAttention(Attention, nn.Module):
@@ -21,6 +22,18 @@ class ModuleAttention(Attention, nn.Module):
 
     __call__ = Attention.__call__
     __repr__ = Attention.__repr__
+
+
+def check_int_options(config, **lows):
+    """Each named field of an options dataclass an int >= its low (None allowed for fields whose
+    low is given as (low, None)); one line naming ``attention.<field>`` otherwise."""
+    for name, low in lows.items():
+        value = getattr(config, name)
+        if isinstance(low, tuple):
+            if value is None:
+                continue
+            low = low[0]
+        check_int(f"attention.{name}", value, low)
 
 
 def at_least_float32(t):

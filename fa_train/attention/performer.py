@@ -7,7 +7,9 @@ softmax attention as m grows.
 
 The directions are drawn at the first call and redrawn every `redraw_interval` calls made in
 training mode (0: never); they are not saved with a checkpoint (a resumed run draws fresh ones).
-Every layer's call counts: a model of L layers makes L calls per step.
+Every layer's call counts: a model of L layers makes L calls per step. Under activation
+checkpointing the recomputed calls count too, and a redraw between a layer's call and its
+recomputation would change its features within a step: use redraw_interval 0 there.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Optional
 import torch
 
 from fa_train.attention.linear import kernelized_attention, zero_padded_keys
-from fa_train.attention.module import ModuleAttention, heads_first, scale_of
+from fa_train.attention.module import ModuleAttention, check_int_options, heads_first, scale_of
 
 
 def orthogonal_gaussian(m, d, generator=None):
@@ -50,12 +52,7 @@ class PerformerConfig:
     chunk_size: int = 64                # causal form: tokens per chunk of the prefix sums
 
     def __post_init__(self):
-        for name, low in (("nb_features", 1), ("redraw_interval", 0), ("chunk_size", 1)):
-            value = getattr(self, name)
-            if value is None and name == "nb_features":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"attention.{name} must be an int >= {low}, got {value!r}")
+        check_int_options(self, nb_features=(1, None), redraw_interval=0, chunk_size=1)
 
 
 class PerformerAttention(ModuleAttention):

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from fa_train.attention.base import Attention
 from fa_train.attention.bucketed import (attend_in_chunks, key_validity, sort_rounds,
                                          unsort_and_combine)
-from fa_train.attention.module import heads_first, scale_of
+from fa_train.attention.module import check_int_options, heads_first, scale_of
+from fa_train.errors import UserError
 
 SELF_SCORE = -5e4  # a token's score against itself (the Reformer's value)
 
@@ -28,14 +29,9 @@ class ReformerConfig:
     n_buckets: Optional[int] = None    # 1 or even; None: seq_len / bucket_size (rounded up to even)
 
     def __post_init__(self):
-        for name in ("bucket_size", "n_hashes", "n_buckets"):
-            value = getattr(self, name)
-            if value is None and name == "n_buckets":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"attention.{name} must be an int >= 1, got {value!r}")
+        check_int_options(self, bucket_size=1, n_hashes=1, n_buckets=(1, None))
         if self.n_buckets is not None and self.n_buckets > 1 and self.n_buckets % 2:
-            raise ValueError(f"attention.n_buckets must be 1 or even (random-rotation hashing), "
+            raise UserError(f"attention.n_buckets must be 1 or even (random-rotation hashing), "
                              f"got {self.n_buckets}")
 
 

@@ -15,7 +15,7 @@ import torch
 from fa_train.attention.base import Attention
 from fa_train.attention.bucketed import (attend_in_chunks, key_validity, sort_rounds,
                                          unsort_and_combine)
-from fa_train.attention.module import at_least_float32, heads_first, scale_of
+from fa_train.attention.module import at_least_float32, check_int_options, heads_first, scale_of
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,7 @@ class SmyrfConfig:
     n_hashes: int = 2         # hashing rounds
 
     def __post_init__(self):
-        for name in ("cluster_size", "n_hashes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"attention.{name} must be an int >= 1, got {value!r}")
+        check_int_options(self, cluster_size=1, n_hashes=1)
 
 
 def asymmetric_hashes(q, k, n_hashes):

@@ -53,7 +53,7 @@ def test_longformer_and_bigbird_specs():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(layout="bigbirds"), r"layout must be one of \['bigbird', 'butterfly'"),
     (dict(layout="fixed"), "layout=fixed needs stride"),
-    (dict(layout="longformer", butterfly_size=4), "butterfly_size applies to layout=butterfly only"),
+    (dict(layout="longformer", butterfly_size=4), "butterfly_size applies to layout=butterfly"),
     (dict(random_blocks=2), "random_blocks applies to layout=bigbird only, not layout=butterfly"),
     (dict(layout="strided", stride=2, summary_size=2), "summary_size applies to layout=fixed only"),
     (dict(layout="fixed", stride=2, summary_size=3), "summary_size must be <= stride"),

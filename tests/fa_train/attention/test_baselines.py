@@ -222,12 +222,13 @@ def test_unsupported_calls_fail_in_one_line(impl, call, message):
 
 @pytest.mark.parametrize("build, message", [
     (lambda: build_attention("linformer"), "'linformer' needs max_seq_len"),
-    (lambda: _build("linformer", k=0), r"attention.k must be an int >= 1, got 0"),
+    (lambda: _build("linformer", k=0), r"attention.k=0 is invalid: expected an integer >= 1"),
     (lambda: _build("reformer", n_buckets=3), "attention.n_buckets must be 1 or even"),
-    (lambda: _build("reformer", bucket_size=0), "attention.bucket_size must be an int >= 1"),
-    (lambda: _build("performer", nb_features=2.5), "attention.nb_features must be an int >= 1"),
-    (lambda: _build("smyrf", n_hashes=0), "attention.n_hashes must be an int >= 1"),
-    (lambda: _build("linear", chunk_size=-1), "attention.chunk_size must be an int >= 1"),
+    (lambda: _build("reformer", bucket_size=0), "attention.bucket_size=0 is invalid: expected an"),
+    (lambda: _build("performer", nb_features=2.5), "attention.nb_features=2.5 is invalid"),
+    (lambda: _build("performer", redraw_interval=-1), "attention.redraw_interval=-1 is invalid"),
+    (lambda: _build("smyrf", n_hashes=0), "attention.n_hashes=0 is invalid: expected an integer"),
+    (lambda: _build("linear", chunk_size=-1), "attention.chunk_size=-1 is invalid"),
     (lambda: _build("linformer", n=16)(*_qkv(n=17)), "at most max_seq_len = 16 tokens, got 17"),
 ])
 def test_bad_options_fail_in_one_line(build, message):
