@@ -5,7 +5,9 @@ fa_train.metrics.flops.attention_flops (forward 4·B·H·N²·d, halved when cau
 padding counted at full length). Runtime: median of triton.testing.do_bench (CUDA events, L2
 flushed), or with timer "cuda-graph" of calls replayed from a CUDA graph (GPU time without the
 host's); the backward pass is timed alone (backward with retain_graph on a stored forward graph).
-Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included.
+Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included. The
+approximate baselines (impls linformer, linear, performer, reformer, smyrf) get runtime and memory
+only: no FLOP count and no check against exact attention.
 """
 from __future__ import annotations
 
