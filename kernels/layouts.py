@@ -6,6 +6,12 @@ The butterfly pattern is the "flat block butterfly" of Pixelated Butterfly (Chen
 block (i, j) is nonzero iff i XOR j is in {0, 1, 2, ..., 2^(k-1)} inside each butterfly_size x
 butterfly_size diagonal group, plus optional dense global block rows/columns. `LayoutSpec` names
 a pattern by these parameters and builds it for a sequence length.
+
+The sparse baselines of the FlashAttention paper are layouts too (`LayoutSpec.layout`):
+Longformer (a local window and global tokens, Beltagy et al., 2020), BigBird (the same plus
+seeded random blocks, Zaheer et al., 2020) and the Sparse Transformer's fixed and strided patterns
+(Child et al., 2019), all at block granularity and bidirectional (cut to the lower block triangle
+when causal).
 """
 from dataclasses import dataclass, fields
 from typing import Optional
@@ -18,6 +24,10 @@ __all__ = [
     "butterfly_layout",
     "local_layout",
     "global_layout",
+    "random_layout",
+    "fixed_layout",
+    "strided_layout",
+    "LAYOUT_KINDS",
     "causal_layout",
     "layout_union",
     "layout_intersection",
@@ -103,6 +113,45 @@ def global_layout(seqlen, block, global_size):
     return (rows < global_size) | (cols < global_size)
 
 
+def random_layout(seqlen, block, n_random, seed, exclude=None):
+    """`n_random` key blocks per query block row drawn without replacement (seeded: the same
+    seed gives the same blocks), (nb, nb) bool; blocks set in `exclude` are never drawn (a row
+    with fewer free blocks gets them all)."""
+    nb = num_blocks(seqlen, block)
+    _check_int("n_random", n_random, 0)
+    _check_int("seed", seed, 0)
+    score = torch.rand(nb, nb, generator=torch.Generator().manual_seed(seed))
+    if exclude is not None:
+        score = score.masked_fill(_check_layout(exclude, "exclude"), -1.0)
+    top = score.topk(min(n_random, nb), dim=1)
+    layout = torch.zeros(nb, nb, dtype=torch.bool)
+    layout.scatter_(1, top.indices, top.values >= 0)
+    return layout
+
+
+def fixed_layout(seqlen, block, stride, summary_size=1):
+    """Sparse Transformer "fixed" pattern in blocks, (nb, nb) bool: block j is visible from block
+    i when both lie in the same chunk of `stride` blocks, or j is one of the last `summary_size`
+    blocks of its chunk (the summary columns every row reads)."""
+    nb = num_blocks(seqlen, block)
+    _check_int("stride", stride, 1)
+    _check_int("summary_size", summary_size, 1)
+    if summary_size > stride:
+        raise ValueError(f"summary_size must be <= stride ({stride}), got {summary_size}")
+    rows, cols = _index_grid(nb)
+    return (rows // stride == cols // stride) | (cols % stride >= stride - summary_size)
+
+
+def strided_layout(seqlen, block, stride):
+    """Sparse Transformer "strided" pattern in blocks, (nb, nb) bool: blocks less than `stride`
+    apart, and blocks a multiple of `stride` apart."""
+    nb = num_blocks(seqlen, block)
+    _check_int("stride", stride, 1)
+    rows, cols = _index_grid(nb)
+    gap = (rows - cols).abs()
+    return (gap < stride) | (gap % stride == 0)
+
+
 def _check_layout(layout, name="layout"):
     if not isinstance(layout, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(layout).__name__}")
@@ -172,16 +221,30 @@ def density_report(layout):
     }
 
 
+# LayoutSpec.layout -> the LayoutSpec fields that pattern reads besides block_size,
+# local_window and global_size (which every pattern may add)
+LAYOUT_KINDS = {
+    "butterfly": ("butterfly_size", "n_factors"),
+    "longformer": (),
+    "bigbird": ("random_blocks", "random_seed"),
+    "fixed": ("stride", "summary_size"),
+    "strided": ("stride",),
+}
+
+
 @dataclass(frozen=True)
 class LayoutSpec:
     """A block-sparse layout pattern, named by its parameters (the keys of
     configs/attention/blocksparse.yaml): one place turns them into a layout for the model, the
     benchmarks, the tuning tools and the probes.
 
+    layout: the pattern, one of LAYOUT_KINDS (butterfly, longformer, bigbird, fixed, strided).
     block_size: tokens per block side. butterfly_size: size of the diagonal butterfly groups in
     blocks (None: all blocks). n_factors: XOR factors (None: log2(butterfly_size)). global_size:
     dense leading block rows and columns. local_window: an extra sliding window of that many
-    blocks each side (0: none).
+    blocks each side (0: none). random_blocks, random_seed (bigbird): random key blocks per query
+    block row and the seed drawing them. stride (fixed, strided): the pattern's period in blocks;
+    summary_size (fixed): summary blocks at the end of each period.
     """
 
     block_size: int = 128
@@ -189,27 +252,57 @@ class LayoutSpec:
     n_factors: Optional[int] = None
     global_size: int = 0
     local_window: int = 0
+    layout: str = "butterfly"
+    random_blocks: int = 0
+    random_seed: int = 0
+    stride: Optional[int] = None
+    summary_size: int = 1
 
     def __post_init__(self):
         _check_int("block_size", self.block_size, 1)
-        for name in ("butterfly_size", "n_factors"):
+        for name in ("butterfly_size", "n_factors", "stride"):
             if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 1 if name == "butterfly_size" else 0)
-        _check_int("global_size", self.global_size, 0)
-        _check_int("local_window", self.local_window, 0)
+                _check_int(name, getattr(self, name), 0 if name == "n_factors" else 1)
+        for name in ("global_size", "local_window", "random_blocks", "random_seed"):
+            _check_int(name, getattr(self, name), 0)
+        _check_int("summary_size", self.summary_size, 1)
+        if self.layout not in LAYOUT_KINDS:
+            raise ValueError(f"layout must be one of {sorted(LAYOUT_KINDS)}, got {self.layout!r}")
+        default = LayoutSpec.__dataclass_fields__
+        for name in dict.fromkeys(n for names in LAYOUT_KINDS.values() for n in names):
+            if name not in LAYOUT_KINDS[self.layout] and getattr(self, name) != default[name].default:
+                users = [kind for kind, names in LAYOUT_KINDS.items() if name in names]
+                raise ValueError(f"{name} applies to layout={'/'.join(users)} only, not "
+                                 f"layout={self.layout} (leave it at {default[name].default})")
+        if self.layout in ("fixed", "strided") and self.stride is None:
+            raise ValueError(f"layout={self.layout} needs stride (its period in blocks, >= 1)")
 
     @classmethod
     def from_config(cls, config):
         """The spec from a mapping holding (some of) its fields; other keys are left alone."""
         return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
 
+    def pattern(self, seqlen):
+        """(nb, nb) bool layout of the pattern alone (without the local band and global blocks)."""
+        if self.layout == "butterfly":
+            return butterfly_layout(seqlen, self.block_size, butterfly_size=self.butterfly_size,
+                                    n_factors=self.n_factors)
+        if self.layout == "fixed":
+            return fixed_layout(seqlen, self.block_size, self.stride, self.summary_size)
+        if self.layout == "strided":
+            return strided_layout(seqlen, self.block_size, self.stride)
+        return local_layout(seqlen, self.block_size, 0)  # longformer, bigbird: the diagonal
+
     def build(self, seqlen, causal=False):
-        """(nb, nb) bool layout for `seqlen` tokens: the butterfly (with its global blocks), joined
-        with the local band when local_window > 0, cut to the lower block triangle when causal."""
-        layout = butterfly_layout(seqlen, self.block_size, butterfly_size=self.butterfly_size,
-                                  n_factors=self.n_factors, global_size=self.global_size)
-        if self.local_window:
-            layout = layout_union(layout, local_layout(seqlen, self.block_size, self.local_window))
+        """(nb, nb) bool layout for `seqlen` tokens: the pattern joined with the local band
+        (local_window > 0), the global blocks and (bigbird) the random blocks, cut to the lower
+        block triangle when causal."""
+        layout = layout_union(self.pattern(seqlen),
+                              local_layout(seqlen, self.block_size, self.local_window),
+                              global_layout(seqlen, self.block_size, self.global_size))
+        if self.random_blocks:
+            layout |= random_layout(seqlen, self.block_size, self.random_blocks, self.random_seed,
+                                    exclude=layout)
         return causal_layout(layout) if causal else layout
 
     def label(self):

@@ -32,6 +32,14 @@ Implementations: ``standard`` (materialized: scores, masks, fp32 softmax, torch 
 ``deterministic``), ``blocksparse`` (our block-sparse Triton kernel; its options are the fields of
 ``kernels.layouts.LayoutSpec``, and ``stats()`` describes its layout) and ``auto`` (``flash`` on
 CUDA tensors, ``sdpa`` otherwise; resolved per call from q.device).
+
+The paper's approximate baselines (PyTorch ops; not exact, so they match the others only in their
+exact special cases): ``linformer`` (learned sequence projections, an ``nn.Module`` whose E, F the
+model trains; sized by the model's max_seq_len, which ``build_attention`` passes), ``linear``
+(elu + 1 features), ``performer`` (FAVOR+ random features), ``reformer`` (LSH buckets, shared QK)
+and ``smyrf`` (asymmetric-LSH balanced clusters). Its sparse baselines are block layouts of
+``blocksparse`` (``layout``: longformer, bigbird, fixed, strided; configs
+attention=longformer|bigbird|sparse_fixed|sparse_strided).
 """
 from fa_train.attention.base import FEATURES, Attention
 from fa_train.attention.padding import pad_input, unpad_input

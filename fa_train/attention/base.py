@@ -8,6 +8,7 @@ import torch
 
 from fa_train.attention.cache import attend_cache_torch
 from fa_train.attention.padding import run_varlen_by_padding
+from fa_train.errors import UserError
 
 # what a call may ask for; an implementation declares the subset it runs in `supports`
 FEATURES = {
@@ -74,7 +75,7 @@ class Attention:
                  "varlen": cu_seqlens is not None, "gqa": gqa}
         for feature, wanted in asked.items():
             if wanted and feature not in self.supports:
-                raise ValueError(f"attention impl {self.name!r} does not support "
+                raise UserError(f"attention impl {self.name!r} does not support "
                                  f"{FEATURES[feature]}; it supports: "
                                  f"{', '.join(sorted(self.supports))}")
 

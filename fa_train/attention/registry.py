@@ -7,12 +7,20 @@ from fa_train.attention.auto import AutoAttention
 from fa_train.attention.base import Attention
 from fa_train.attention.blocksparse import BlocksparseAttention
 from fa_train.attention.flash import FlashAttention
+from fa_train.attention.linear import LinearAttention
+from fa_train.attention.linformer import LinformerAttention
+from fa_train.attention.performer import PerformerAttention
+from fa_train.attention.reformer import ReformerAttention
 from fa_train.attention.sdpa import SdpaAttention
+from fa_train.attention.smyrf import SmyrfAttention
 from fa_train.attention.standard import StandardAttention
 
 ATTENTION_CLASSES: dict[str, type[Attention]] = {
     cls.name: cls for cls in (StandardAttention, SdpaAttention, FlashAttention,
                               BlocksparseAttention, AutoAttention)}
+# the approximate baselines of the paper's Table 3 and Figure 3
+ATTENTION_CLASSES.update({cls.name: cls for cls in (
+    LinformerAttention, LinearAttention, PerformerAttention, ReformerAttention, SmyrfAttention)})
 
 
 def attention_names() -> list[str]:
@@ -34,9 +42,12 @@ def config_keys() -> set[str]:
     return {"impl"}.union(*(cls.config_keys() for cls in ATTENTION_CLASSES.values()))
 
 
-def build_attention(cfg: Any = None, **overrides) -> Attention:
+def build_attention(cfg: Any = None, max_seq_len: int | None = None, **overrides) -> Attention:
     """Attention from a config: a name ('flash'), a mapping ({'impl': 'blocksparse',
-    'block_size': 64, ...}, the shape of configs/attention/*.yaml) or an Attention."""
+    'block_size': 64, ...}, the shape of configs/attention/*.yaml) or an Attention.
+
+    max_seq_len: the model's longest sequence, for implementations with parameters of that size
+    (linformer); a config that names its own max_seq_len keeps it."""
     if isinstance(cfg, Attention):
         return cfg
     if cfg is None:
@@ -45,6 +56,8 @@ def build_attention(cfg: Any = None, **overrides) -> Attention:
         cfg = {"impl": cfg}
     options = dict(cfg)
     options.update(overrides)
+    if options.get("max_seq_len") is None and max_seq_len is not None:
+        options["max_seq_len"] = max_seq_len
     unknown = sorted(set(options) - config_keys())
     if unknown:
         raise ValueError(f"unknown attention config key(s) {unknown}; valid keys: "

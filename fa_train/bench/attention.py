@@ -5,7 +5,9 @@ fa_train.metrics.flops.attention_flops (forward 4·B·H·N²·d, halved when cau
 padding counted at full length). Runtime: median of triton.testing.do_bench (CUDA events, L2
 flushed), or with timer "cuda-graph" of calls replayed from a CUDA graph (GPU time without the
 host's); the backward pass is timed alone (backward with retain_graph on a stored forward graph).
-Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included.
+Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included. The
+approximate baselines (impls linformer, linear, performer, reformer, smyrf) get runtime and memory
+only: no FLOP count and no check against exact attention.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import torch
 
 from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, check_timer, environment,
                                    make_progress, parse_dtype, resolve_device)
-from fa_train.bench.impls import ATTENTION_IMPL_NAMES, Case, default_impls, padding_lengths
+from fa_train.bench.impls import (ATTENTION_IMPL_NAMES, BASELINE_IMPL_NAMES, Case, default_impls,
+                                  padding_lengths)
 from fa_train.bench.report import Plot, Table, write_reports
 from fa_train.bench.runner import measure
 from fa_train.metrics.flops import attention_flops
@@ -50,7 +53,7 @@ class AttentionBenchConfig(RunOptions):
     hidden: int = 2048
     timer: str = "events"  # or "cuda-graph": GPU time without the host's (common.bench_time)
 
-    def validate(self, known_impls=ATTENTION_IMPL_NAMES):
+    def validate(self, known_impls=ATTENTION_IMPL_NAMES + BASELINE_IMPL_NAMES):
         self.impls = _check_list("impls", self.impls, allowed=known_impls)
         self.seqlens = sorted(_check_list("seqlens", self.seqlens, positive=True))
         self.head_dims = _check_list("head_dims", self.head_dims, positive=True)
@@ -117,8 +120,10 @@ def run_attention_bench(config, impls=None):
                                        timer=config.timer)
                     for m in measured:
                         flops = attention_flops(batch, seqlen, seqlen, heads, head_dim,
-                                                causal=causal, mode=m["pass"])
-                        tflops = flops / (m["ms"] * 1e-3) / 1e12 if m.get("ms") else None
+                                                causal=causal, mode=m["pass"]) \
+                            if impls[name].exact else None  # approximations do other work
+                        tflops = flops / (m["ms"] * 1e-3) / 1e12 \
+                            if m.get("ms") and flops else None
                         rows.append({"bench": "attention", "impl": name, "batch": batch,
                                      "seqlen": seqlen, "heads": heads, "head_dim": head_dim,
                                      "causal": int(causal), "dropout_p": case.dropout_p,

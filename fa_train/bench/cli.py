@@ -79,11 +79,12 @@ def build_parser():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from fa_train.bench.impls import ATTENTION_IMPL_NAMES
+    from fa_train.bench.impls import ATTENTION_IMPL_NAMES, BASELINE_IMPL_NAMES
     p = sub.add_parser("attention", help="dense attention runtime, TFLOP/s, memory (Figure 3)")
     _add_common(p)
     p.add_argument("--impls", type=_words("--impls"), default=list(ATTENTION_IMPL_NAMES),
-                   help=f"comma list from {','.join(ATTENTION_IMPL_NAMES)}")
+                   help=f"comma list from {','.join(ATTENTION_IMPL_NAMES)} (the default), and "
+                        f"the approximate baselines {','.join(BASELINE_IMPL_NAMES)}")
     p.add_argument("--seqlens", type=_list(int, "--seqlens"), default=None,
                    help="comma list (default 128,...,65536; --quick 512,2048,8192)")
     p.add_argument("--head-dims", type=_list(int, "--head-dims"), default=[64, 128])

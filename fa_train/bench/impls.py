@@ -10,6 +10,10 @@ of its output back to (B, N, H, d) for the correctness guard.
   registry, called as models call them, (B, N, H, d) with padding through ``key_padding_mask``.
 - ``sdpa_flash`` / ``sdpa_cudnn`` / ``sdpa_efficient``: torch SDPA pinned to one backend, (B, H, N, d).
 - ``flex``: ``torch.compile(flex_attention)`` (eager on CPU) with a BlockMask for causal/padding.
+- ``linformer``, ``linear``, ``performer``, ``reformer``, ``smyrf`` (BASELINE_IMPL_NAMES, not run
+  unless named): the paper's approximate baselines from the registry with their configs'
+  defaults, built per case on its device; approximations get no correctness check and no FLOP
+  count.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from fa_train.bench.common import Unsupported
 
 ATTENTION_IMPL_NAMES = ("flash", "flash_deterministic", "standard", "sdpa_flash", "sdpa_cudnn",
                         "sdpa_efficient", "flex")
+BASELINE_IMPL_NAMES = ("linformer", "linear", "performer", "reformer", "smyrf")
 
 
 @dataclass
@@ -79,8 +84,10 @@ def _from_bhnd(out):
 
 
 class AttentionImpl:
-    """Base: name, check_support(case) raising Unsupported, build(case, q, k, v, dropout_p)."""
+    """Base: name, check_support(case) raising Unsupported, build(case, q, k, v, dropout_p);
+    `exact` False: an approximation, not checked against the reference."""
     name = ""
+    exact = True
 
     def check_support(self, case: Case) -> None:
         pass
@@ -97,22 +104,40 @@ class RegistryImpl(AttentionImpl):
         from fa_train.attention import build_attention
         self.name, self.attention = name, build_attention(config)
 
+    def attention_for(self, case):
+        """The attention object that runs `case`."""
+        return self.attention
+
     def check_support(self, case):
+        attention = self.attention_for(case)
         asked = {"causal": case.causal, "dropout": case.dropout_p > 0.0,
                  "key_padding_mask": case.padding}
-        missing = sorted(f for f, wanted in asked.items()
-                         if wanted and f not in self.attention.supports)
+        missing = sorted(f for f, wanted in asked.items() if wanted and f not in attention.supports)
         if missing:
             raise Unsupported(f"{self.name} does not support {', '.join(missing)}")
-        if (self.attention.runs_triton and case.device.type != "cuda"
+        if (attention.runs_triton and case.device.type != "cuda"
                 and os.environ.get("TRITON_INTERPRET") != "1"):
             raise Unsupported(f"{self.name} runs Triton kernels: needs CUDA (or TRITON_INTERPRET=1)")
 
     def build(self, case, q, k, v, dropout_p):
-        attn, causal, mask = self.attention, case.causal, case.key_padding_mask
+        attn, causal, mask = self.attention_for(case), case.causal, case.key_padding_mask
         leaves = _leaves_bnhd(q, k, v)
         return Built(lambda: attn(*leaves, causal=causal, dropout_p=dropout_p,
                                   key_padding_mask=mask), leaves, _identity)
+
+
+class BaselineImpl(RegistryImpl):
+    """An approximate baseline of the registry, built for each case on its device (linformer's
+    projections are sized by the sequence length)."""
+    exact = False
+
+    def __init__(self, name, config=None):
+        self.name, self.config = name, config or name
+
+    def attention_for(self, case):
+        from fa_train.attention import build_attention
+        attention = build_attention(self.config, max_seq_len=case.seqlen)
+        return attention.to(case.device) if isinstance(attention, torch.nn.Module) else attention
 
 
 class SDPAImpl(AttentionImpl):
@@ -256,4 +281,5 @@ def default_impls():
         "sdpa_cudnn": SDPAImpl("sdpa_cudnn", "CUDNN_ATTENTION"),
         "sdpa_efficient": SDPAImpl("sdpa_efficient", "EFFICIENT_ATTENTION"),
         "flex": FlexImpl(),
+        **{name: BaselineImpl(name) for name in BASELINE_IMPL_NAMES},
     }

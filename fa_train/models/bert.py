@@ -56,7 +56,7 @@ class BertForPreTraining(nn.Module):
         for key in ("dropout", "attn_dropout"):
             check_float(f"model.{key}", getattr(cfg, key), 0.0, 1.0, high_open=True)
         self.config = cfg
-        self.attention = build_attention(cfg.attention)
+        self.attention = build_attention(cfg.attention, max_seq_len=cfg.max_seq_len)
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.position_embeddings = nn.Embedding(cfg.max_seq_len, cfg.d_model)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.d_model)

@@ -100,7 +100,8 @@ class SequenceClassifier(nn.Module):
             check_float(f"model.{key}", getattr(cfg, key), 0.0, 1.0, high_open=True)
         self.config = cfg
         d = cfg.d_model
-        self.attention = build_attention(cfg.attention)
+        self.attention = build_attention(  # the CLS token adds a position
+            cfg.attention, max_seq_len=cfg.max_seq_len + (cfg.pool == "cls"))
         if cfg.input_type == "token":
             self.embed = nn.Embedding(cfg.vocab_size, d)
         else:

@@ -108,7 +108,7 @@ class GPT(nn.Module):
         check_float("model.dropout", cfg.dropout, 0.0, 1.0, high_open=True)
         check_choice("model.loss_impl", cfg.loss_impl, LOSS_IMPLS)
         self.config = cfg
-        self.attention = build_attention(cfg.attention)
+        self.attention = build_attention(cfg.attention, max_seq_len=cfg.max_seq_len)
         padded_vocab = -(-cfg.vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
         self.wte = nn.Embedding(padded_vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
