@@ -133,7 +133,7 @@ def kernel_cases(head_dim, same_tiles=False, causal=False, dropout=False):
     same_tiles, both with the block-sparse tiles)."""
     block_d = block_d_for(head_dim)
     base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, HAS_KPM=False,
-                VARLEN=False, DROPOUT=dropout, ATOMIC_DQ=False, PACKED=False)
+                VARLEN=False, DROPOUT=dropout, ATOMIC_DQ=False, PACKED=False, WINDOW=False)
     for sparse in (False, True):
         constants = dict(base, SPARSE=sparse, LAYOUT_BLOCK=LAYOUT_BLOCK if sparse else 1,
                          REVERSE=causal and not sparse)
