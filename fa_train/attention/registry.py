@@ -7,12 +7,13 @@ from fa_train.attention.auto import AutoAttention
 from fa_train.attention.base import Attention
 from fa_train.attention.blocksparse import BlocksparseAttention
 from fa_train.attention.flash import FlashAttention
+from fa_train.attention.local import LocalAttention
 from fa_train.attention.sdpa import SdpaAttention
 from fa_train.attention.standard import StandardAttention
 
 ATTENTION_CLASSES: dict[str, type[Attention]] = {
     cls.name: cls for cls in (StandardAttention, SdpaAttention, FlashAttention,
-                              BlocksparseAttention, AutoAttention)}
+                              BlocksparseAttention, AutoAttention, LocalAttention)}
 
 
 def attention_names() -> list[str]:
