@@ -186,3 +186,13 @@ def test_bad_windows_name_the_argument(window, match):
     with pytest.raises(ValueError, match=match) as err:
         flash_attn_func(q, k, v, window_size=window)
     assert "window_size" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_windowed_attention_stays_in_compiled_graphs():
+    torch.manual_seed(10)
+    tensors = qkv(1, 40, 40, 2, 2, 16)
+    fn = lambda q, k, v: flash_attn_func(q, k, v, causal=True, window_size=(6, -1))
+    compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
+    out, grads, g = run_with_grads(compiled, tensors)
+    ref, ref_grads, _ = run_with_grads(fn, tensors, g)
+    assert torch.equal(out, ref) and all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
