@@ -1,12 +1,11 @@
 """GPU checks of sliding-window attention at realistic sizes (bf16/fp16 against float64): odd
-lengths, one-sided windows, causal, padding with dropout and GQA, varlen, compiled graphs, and a
-repeated backward that must give the same bits."""
+lengths, one-sided windows, causal, padding with dropout and GQA, varlen, compiled graphs
+(test_gpu_kernels.py repeats a windowed backward, which must give the same bits)."""
 import pytest
 import torch
 
-from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
-                     reference_attention)
-from tests.kernels.helpers import backward_path, rel_err
+from kernels import dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed
+from tests.kernels.helpers import assert_varlen_matches_reference, backward_path
 from tests.kernels.test_gpu_kernels import _check, _inputs
 
 pytestmark = pytest.mark.gpu
@@ -49,33 +48,14 @@ def test_window_varlen_forward_and_backward():
     cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32,
                       device="cuda")
     total = sum(lengths)
-    q, k, v = [torch.randn(total, 8, 64, device="cuda", dtype=torch.bfloat16).requires_grad_()
-               for _ in range(3)]
-    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True,
+    tensors = [torch.randn(total, h, 64, device="cuda", dtype=torch.bfloat16).requires_grad_()
+               for h in (8, 2, 2)]
+    out = flash_attn_varlen_func(*tensors, cu, cu, max(lengths), max(lengths), causal=True,
                                  window_size=window)
     g = torch.randn_like(out)
-    grads = torch.autograd.grad(out, (q, k, v), g)
-    for b in range(len(lengths)):
-        rows = slice(int(cu[b]), int(cu[b + 1]))
-        leaves = [t.detach()[rows][None].double().requires_grad_() for t in (q, k, v)]
-        ref, _ = reference_attention(*leaves, causal=True, window_size=window)
-        ref_grads = torch.autograd.grad(ref, leaves, g[rows][None].double())
-        assert rel_err(out[rows], ref[0]) < 1e-2
-        for grad, ref_grad in zip(grads, ref_grads):
-            assert rel_err(grad[rows], ref_grad[0]) < 1e-2
-
-
-def test_window_backward_repeated_gives_the_same_bits():
-    torch.manual_seed(3)
-    q, k, v = _inputs(2, 4096, 8, 2, 64, torch.bfloat16)
-    g = torch.randn_like(q)
-    first = None
-    for _ in range(50):
-        out = flash_attn_func(q, k, v, window_size=(256, 256), deterministic=True)
-        grads = torch.autograd.grad(out, (q, k, v), g)
-        if first is None:
-            first = grads
-        assert all(torch.equal(a, b) for a, b in zip(first, grads))
+    grads = torch.autograd.grad(out, tensors, g)
+    assert_varlen_matches_reference(out, grads, g, tensors, cu, 1e-2, causal=True,
+                                    window_size=window)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

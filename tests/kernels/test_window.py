@@ -10,8 +10,9 @@ from kernels.attention_inputs import check_window
 from kernels import flash_attn as fa
 from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
                      reference_attention)
-from tests.kernels.helpers import (assert_close_to_reference, backward_path, qkv,
-                                   reference_with_grads, rel_err, run_with_grads)
+from tests.kernels.helpers import (assert_close_to_reference, assert_varlen_matches_reference,
+                                   backward_path, qkv, reference_with_grads, rel_err,
+                                   run_with_grads)
 
 TOL32 = 1e-4
 
@@ -77,26 +78,15 @@ def test_varlen_window_matches_per_sequence_reference(causal, dropout_p):
     torch.manual_seed(5)
     lengths, window = [5, 45, 1, 20], (6, 3)
     cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
-    total, heads = sum(lengths), 2
-    tensors = [torch.randn(total, h, 16).requires_grad_() for h in (heads, 1, 1)]
+    total = sum(lengths)
+    tensors = [torch.randn(total, h, 16).requires_grad_() for h in (2, 1, 1)]
     state = torch.get_rng_state()
     out, grads, g = run_with_grads(lambda q, k, v: flash_attn_varlen_func(
         q, k, v, cu, cu, max(lengths), max(lengths), dropout_p=dropout_p, causal=causal,
         window_size=window), tensors)
     torch.set_rng_state(state)
-    seed = next_dropout_seed()
-    for b, n in enumerate(lengths):
-        rows = slice(int(cu[b]), int(cu[b + 1]))
-        keep = None
-        if dropout_p:  # sequence b uses heads b*H .. b*H+H-1 of the same Philox stream
-            keep = dropout_mask(b + 1, heads, n, n, dropout_p, seed, "cpu")[b:b + 1]
-        part = [t.detach()[rows][None] for t in tensors]
-        ref, ref_grads = reference_with_grads(part, g[rows][None], causal=causal,
-                                              dropout_mask=keep, dropout_p=dropout_p,
-                                              window_size=window)
-        assert rel_err(out[rows], ref[0]) < TOL32
-        for grad, ref_grad in zip(grads, ref_grads):
-            assert rel_err(grad[rows], ref_grad[0]) < TOL32
+    assert_varlen_matches_reference(out, grads, g, tensors, cu, TOL32, dropout_p,
+                                    next_dropout_seed(), causal=causal, window_size=window)
 
 
 def test_packed_qkv_with_a_window_matches_the_three_views():
