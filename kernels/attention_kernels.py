@@ -8,7 +8,9 @@ for tests. kernels/attention_launch.py launches them.
 Tensors use the flash-attn layout (batch, seqlen, heads, head_dim); packed variable-length
 batches use (total_tokens, heads, head_dim) with cumulative sequence offsets. With SPARSE set, a
 query block visits only the key blocks listed for it in a CSR index (and a key block only its
-listed query blocks): the block-sparse variant (kernels/blocksparse.py).
+listed query blocks): the block-sparse variant (kernels/blocksparse.py). With WINDOW set (a
+sliding window of keys each side of the diagonal), a query block visits only the key tiles its
+rows can see, and a key block only the query tiles that see it: cost linear in N.
 
 Conventions: scores are kept in the log2 domain (`qk_scale` = softmax_scale * log2(e)), so
 softmax uses exp2; the log-sum-exp saved for the backward pass is in natural log units. Rows that
@@ -76,7 +78,8 @@ def _score_mask(qk, rows, cols, seqlen_k, diag, kpm_ptr, window,
         if IS_CAUSAL:
             valid = valid & (cols <= rows + diag)
         if WINDOW:
-            valid = valid & (cols >= rows + (diag - window[0])) & (cols <= rows + (diag + window[1]))
+            valid = valid & (cols >= rows + (diag - window[0]))
+            valid = valid & (cols <= rows + (diag + window[1]))
         qk = tl.where(valid, qk, float("-inf"))
     if HAS_KPM:
         keep = tl.load(kpm_ptr + cols, mask=cols < seqlen_k, other=0)
