@@ -39,6 +39,7 @@ class LocalOptions:
 
 class LocalAttention(FlashAttention):
     name = "local"
+    runs_triton = False  # masked SDPA where Triton does not run
     Config = LocalOptions
 
     def kernel_options(self):

@@ -88,7 +88,7 @@ def test_bad_window_is_one_line(capsys, tmp_path):
 @pytest.mark.gpu
 def test_gpu_window_rows(tmp_path):
     cfg = dict(impls=["local", "flex", "flash"], seqlens=[1024, 4096], head_dims=[64],
-               causal=[0, 1], tokens=8192, hidden=256, passes=["fwd+bwd"], window=128,
+               causal=[0, 1], tokens=8192, hidden=1024, passes=["fwd+bwd"], window=128,
                device="cuda", warmup_ms=1, rep_ms=5, progress=False)
     rows = run_attention_bench(cfg)
     assert len(rows) == 12 and all(r["status"] == "ok" and r["ms"] > 0 for r in rows), rows
