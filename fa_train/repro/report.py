@@ -230,7 +230,7 @@ def our_row(ours: Ours, table: dict[str, Any], row: str, columns: list[str],
         elif spec.get("derive") == "record_ratio":
             values[col] = record_ratio(ours, spec)
         elif spec.get("derive") == "curve_gap":
-            values[col] = _curve_gap(ours, table, col, spec, cells, columns)
+            values[col] = _curve_gap(ours, table, row, col, spec, cells, columns)
     for col in columns:
         values.setdefault(col, (None, MISSING))
     rows_cache[row] = values
@@ -258,12 +258,13 @@ def _ratio(ours, table, row, col, spec, cells, columns):
     return sum(ratios) / len(ratios), ""
 
 
-def _curve_gap(ours, table, col, spec, cells, columns):
+def _curve_gap(ours, table, row, col, spec, cells, columns):
     """The largest |curve(row) - curve(baseline row)| over the x values (steps by default) that
     both runs logged: how far apart two runs of the same data order ever were, e.g. in training
-    loss."""
+    loss. The baseline row is `baseline_rows[row]`, else `baseline_row`."""
     mine = cells.get(col)
-    base = _cells((table.get("rows") or {}).get(spec["baseline_row"]), columns).get(col)
+    baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
+    base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
     if not mine or not base:
         return None, "n/a"
     x_key = spec.get("x", "step")

@@ -35,6 +35,8 @@ def test_largest_difference_over_common_steps_only(tmp_path):
     value, why = _gap(ours)
     assert why == "" and value == pytest.approx(0.25)
     assert _gap(ours, "base") == (0.0, "")
+    table = {**TABLE, "columns": {"gap": {**GAP, "baseline_rows": {"base": "other"}}}}
+    assert our_row(ours, table, "base", ["gap"], {})["gap"][0] == pytest.approx(0.25)
 
 
 def test_other_curves_and_x_columns(tmp_path):
