@@ -162,7 +162,8 @@ def io_and_blocksparse():
     return lines
 
 
-def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024, 200 steps", folder="gpu-200steps"):
+def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024, 200 (small) / 100 (medium) steps",
+             folder="gpu-200steps"):
     """The runs of a training recipe's short gpu runs (kept in `folder`): speed, memory and the
     loss they reached."""
     path = f"reports/{recipe}/{folder}/results.json"
