@@ -64,6 +64,18 @@ def check_dropout(dropout_p):
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
 
 
+def check_window(window_size, causal):
+    """A sliding window (left, right) of ints >= -1 (-1 = unbounded), as a tuple; with causal the
+    right side is the diagonal, so it is given as -1. One clear error otherwise."""
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
+        raise ValueError(f"window_size must be a pair (left, right) of ints, got {window_size!r}")
+    left, right = window_size
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size sides must be >= -1 (-1 = unbounded), got {window_size!r}")
+    return (left, -1) if causal else (left, right)
+
+
 def resolve_scale(softmax_scale, head_dim):
     """The softmax scale: 1 / sqrt(head_dim) unless given."""
     return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)

@@ -8,7 +8,9 @@ for tests. kernels/attention_launch.py launches them.
 Tensors use the flash-attn layout (batch, seqlen, heads, head_dim); packed variable-length
 batches use (total_tokens, heads, head_dim) with cumulative sequence offsets. With SPARSE set, a
 query block visits only the key blocks listed for it in a CSR index (and a key block only its
-listed query blocks): the block-sparse variant (kernels/blocksparse.py).
+listed query blocks): the block-sparse variant (kernels/blocksparse.py). With WINDOW set (a
+sliding window of keys each side of the diagonal), a query block visits only the key tiles its
+rows can see, and a key block only the query tiles that see it: cost linear in N.
 
 Conventions: scores are kept in the log2 domain (`qk_scale` = softmax_scale * log2(e)), so
 softmax uses exp2; the log-sum-exp saved for the backward pass is in natural log units. Rows that
@@ -66,13 +68,18 @@ def _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p,
 
 
 @triton.jit
-def _score_mask(qk, rows, cols, seqlen_k, diag, kpm_ptr,
-                IS_CAUSAL: tl.constexpr, MASK_BOUNDS: tl.constexpr, HAS_KPM: tl.constexpr):
-    """Set to -inf the scores of keys a query may not see: bounds, causal diagonal, padding."""
+def _score_mask(qk, rows, cols, seqlen_k, diag, kpm_ptr, window,
+                IS_CAUSAL: tl.constexpr, MASK_BOUNDS: tl.constexpr, HAS_KPM: tl.constexpr,
+                WINDOW: tl.constexpr):
+    """Set to -inf the scores of keys a query may not see: bounds, causal diagonal, sliding
+    window (query i sees keys i + diag - window[0] .. i + diag + window[1]), padding."""
     if MASK_BOUNDS:
         valid = cols < seqlen_k
         if IS_CAUSAL:
             valid = valid & (cols <= rows + diag)
+        if WINDOW:
+            valid = valid & (cols >= rows + (diag - window[0]))
+            valid = valid & (cols <= rows + (diag + window[1]))
         qk = tl.where(valid, qk, float("-inf"))
     if HAS_KPM:
         keep = tl.load(kpm_ptr + cols, mask=cols < seqlen_k, other=0)
@@ -115,6 +122,37 @@ def _causal_key_ranges(start_m, seqlen_k, diag,
         hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag), 0)
         full = tl.minimum(full, tl.maximum(start_m + diag + 1, 0) // BLOCK_N * BLOCK_N)
     return full, hi
+
+
+@triton.jit
+def _window_key_ranges(start_m, seqlen_k, diag, window,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Key ranges of a query block under a sliding window: [lo, full_lo) and [full_hi, hi) need
+    a mask, [full_lo, full_hi) (the tiles every row of the block sees whole) none. Keys outside
+    [lo, hi) are never visited."""
+    first = start_m + diag - window[0]  # the first key of the block's first row
+    lo = tl.maximum(first, 0) // BLOCK_N * BLOCK_N
+    hi = tl.maximum(tl.minimum(seqlen_k, start_m + BLOCK_M + diag + window[1]), 0)
+    full_lo = tl.minimum(tl.cdiv(tl.maximum(first + BLOCK_M - 1, 0), BLOCK_N) * BLOCK_N, hi)
+    full_hi = tl.maximum(tl.minimum(seqlen_k, start_m + diag + window[1] + 1), 0)
+    return lo, full_lo, tl.maximum(full_hi // BLOCK_N * BLOCK_N, full_lo), hi
+
+
+@triton.jit
+def _window_query_ranges(start_n, seqlen_q, seqlen_k, diag, window,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Query ranges of a key block under a sliding window: [lo, mid) and [end, hi) need a mask,
+    [mid, end) (the tiles that see every key of the block) none; a partial key block masks all.
+    Queries outside [lo, hi) are never visited."""
+    first = start_n - diag - window[1]  # the first query that sees the block's first key
+    lo = tl.maximum(first, 0) // BLOCK_M * BLOCK_M
+    hi = tl.maximum(tl.minimum(seqlen_q, start_n + BLOCK_N - diag + window[0]), 0)
+    mid = tl.minimum(tl.cdiv(tl.maximum(first + BLOCK_N - 1, 0), BLOCK_M) * BLOCK_M, hi)
+    end = tl.maximum(tl.minimum(seqlen_q, start_n - diag + window[0] + 1), 0) // BLOCK_M * BLOCK_M
+    end = tl.maximum(end, mid)
+    if start_n + BLOCK_N > seqlen_k:
+        end = mid
+    return lo, mid, end, hi
 
 
 @triton.jit
@@ -180,18 +218,18 @@ def _load_rows(src, start, offs, offs_d, stride, n_rows, HEAD_DIM: tl.constexpr,
 # --------------------------------------------------------------------------------------------
 @triton.jit
 def _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, start_n, start_m,
-               offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr,
+               offs_m, offs_n, offs_d, seqlen_k, diag, window, qk_scale, kpm_ptr,
                seed, bh, dropout_p,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                MASKED: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
-               TMA: tl.constexpr):
+               TMA: tl.constexpr, WINDOW: tl.constexpr):
     """One key block of the online softmax: update the running max, sum and output."""
     cols = start_n + offs_n
     k = _load_rows(k_src, start_n, offs_n, offs_d, stride_kn, seqlen_k, HEAD_DIM, MASKED, TMA)
     v = _load_rows(v_src, start_n, offs_n, offs_d, stride_vn, seqlen_k, HEAD_DIM, MASKED, TMA)
     qk = tl.dot(q, tl.trans(k))
-    qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
-                     IS_CAUSAL, MASKED, HAS_KPM)
+    qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr, window,
+                     IS_CAUSAL, MASKED, HAS_KPM, WINDOW)
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
     if MASKED or HAS_KPM:  # a fully masked row keeps m = -inf: subtract 0 instead
         m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -223,12 +261,14 @@ def fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh,
                 stride_vb, stride_vn, stride_vh, stride_slot, stride_ob, stride_on, stride_oh,
                 stride_lb, stride_lh, stride_mb,
-                seqlen_q, seqlen_k, n_heads, group_size, qk_scale, dropout_p, SEED, DESC1, DESC2,
+                seqlen_q, seqlen_k, n_heads, group_size, window_left, window_right, qk_scale,
+                dropout_p, SEED, DESC1, DESC2,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                 SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr):
+                LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr,
+                WINDOW: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     qk_scale = tl.cast(qk_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -237,6 +277,7 @@ def fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
     if start_m >= seqlen_q:
         return
     diag = seqlen_k - seqlen_q
+    window = (window_left, window_right)  # keys each side of the diagonal (WINDOW calls only)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -267,20 +308,32 @@ def fwd_kernel(Q, K, V, O, LSE, KPM, CU_Q, CU_K, ROW_PTR, ROW_SPLIT, COL_IDX,
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
                 acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                            start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
-                                           qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                                           BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, TMA)
+                                           window, qk_scale, kpm_ptr, seed, bh, dropout_p,
+                                           HEAD_DIM, BLOCK_D, IS_CAUSAL, masked == 1, HAS_KPM,
+                                           DROPOUT, TMA, WINDOW)
     else:
-        full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        for start_n in range(0, full, BLOCK_N):
+        if WINDOW:  # keys outside the window are never visited; its left edge needs a mask
+            lo, full_lo, full, hi = _window_key_ranges(start_m, seqlen_k, diag, window, BLOCK_M,
+                                                       BLOCK_N)
+            for start_n in range(lo, full_lo, BLOCK_N):
+                acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
+                                           start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
+                                           window, qk_scale, kpm_ptr, seed, bh, dropout_p,
+                                           HEAD_DIM, BLOCK_D, IS_CAUSAL, True, HAS_KPM, DROPOUT,
+                                           TMA, WINDOW)
+        else:
+            full_lo = 0
+            full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        for start_n in range(full_lo, full, BLOCK_N):
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                        start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
-                                       qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, False, HAS_KPM, DROPOUT, TMA)
+                                       window, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
+                                       BLOCK_D, IS_CAUSAL, False, HAS_KPM, DROPOUT, TMA, WINDOW)
         for start_n in range(full, hi, BLOCK_N):
             acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                        start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
-                                       qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, BLOCK_D,
-                                       IS_CAUSAL, True, HAS_KPM, DROPOUT, TMA)
+                                       window, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
+                                       BLOCK_D, IS_CAUSAL, True, HAS_KPM, DROPOUT, TMA, WINDOW)
 
     empty = l_i == 0.0
     inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
@@ -353,10 +406,10 @@ def bwd_row_stats_kernel(O, DO, LSE, STATS, CU_Q,
 @triton.jit
 def _dkdv_block(dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn, stride_dn,
                 stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q, seqlen_k, diag,
-                sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
+                window, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
                 HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                 HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                TMA: tl.constexpr):
+                TMA: tl.constexpr, WINDOW: tl.constexpr):
     """Contribution of one query block to dK and dV of the current key block (transposed tiles,
     keys as rows; with dropout at d <= 64 queries as rows); with ATOMIC_DQ also its dQ share, added
     to a float32 dQ in memory."""
@@ -375,8 +428,8 @@ def _dkdv_block(dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn, str
         # then reach the dV and dK products transposed, through shared memory (round 23; at
         # d = 128 this tile spills)
         qk = tl.dot(q, tl.trans(k))
-        qk = _score_mask(qk, rows[:, None], offs_n[None, :], seqlen_k, diag, kpm_ptr,
-                         IS_CAUSAL, MASKED, HAS_KPM)
+        qk = _score_mask(qk, rows[:, None], offs_n[None, :], seqlen_k, diag, kpm_ptr, window,
+                         IS_CAUSAL, MASKED, HAS_KPM, WINDOW)
         p = tl.math.exp2(qk * qk_scale - lse[:, None])
         dp = tl.dot(do, tl.trans(v))
         keep = _dropout_keep(seed, bh, start_m, start_n, seqlen_k, dropout_p, offs_m0.shape[0],
@@ -388,8 +441,8 @@ def _dkdv_block(dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn, str
         dk += tl.dot(tl.trans(ds), q)
     else:
         qkT = tl.dot(k, tl.trans(q))
-        qkT = _score_mask(qkT, rows[None, :], offs_n[:, None], seqlen_k, diag, kpm_ptr,
-                          IS_CAUSAL, MASKED, HAS_KPM)
+        qkT = _score_mask(qkT, rows[None, :], offs_n[:, None], seqlen_k, diag, kpm_ptr, window,
+                          IS_CAUSAL, MASKED, HAS_KPM, WINDOW)
         pT = tl.math.exp2(qkT * qk_scale - lse[None, :])
         dpT = tl.dot(v, tl.trans(do))
         if DROPOUT:
@@ -418,14 +471,14 @@ def bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, CO
                      stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
                      stride_dqb, stride_dqn, stride_dqh, stride_slot,
                      stride_lb, stride_lh, stride_mb,
-                     seqlen_q, seqlen_k, n_heads_kv, group_size, sm_scale, qk_scale,
-                     dropout_p, SEED, DESC1, DESC2,
+                     seqlen_q, seqlen_k, n_heads_kv, group_size, window_left, window_right,
+                     sm_scale, qk_scale, dropout_p, SEED, DESC1, DESC2,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                      SPARSE: tl.constexpr, DROPOUT: tl.constexpr,
                      LAYOUT_BLOCK: tl.constexpr, ATOMIC_DQ: tl.constexpr, PACKED: tl.constexpr,
-                     TMA: tl.constexpr):
+                     TMA: tl.constexpr, WINDOW: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     DK, DV = _slots(DK, DK, DV, stride_slot, PACKED)  # dQ is slot 0 of the packed gradient
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
@@ -441,6 +494,7 @@ def bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, CO
     if start_n >= seqlen_k:
         return
     diag = seqlen_k - seqlen_q
+    window = (window_left, window_right)  # keys each side of the diagonal (WINDOW calls only)
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -455,17 +509,24 @@ def bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, CO
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
-    # Query-block ranges: [lo, mid) near the causal diagonal and [tail, seqlen_q) at the end need
-    # masks; [mid, tail) is fully visible. A partial key block masks everything.
-    tail = seqlen_q // BLOCK_M * BLOCK_M
-    lo = 0
-    mid = 0
-    if IS_CAUSAL:
-        lo = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M
-        mid = tl.minimum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - diag, 0), BLOCK_M) * BLOCK_M, tail)
-        mid = tl.maximum(mid, lo)
-    if start_n + BLOCK_N > seqlen_k:
-        mid = tl.maximum(tail, lo)
+    # Query-block ranges: [lo, mid) near the causal diagonal (or the window's edge) and
+    # [end, hi) at the end need masks; [mid, end) is fully visible. A partial key block masks
+    # everything.
+    if WINDOW:
+        lo, mid, end, hi = _window_query_ranges(start_n, seqlen_q, seqlen_k, diag, window,
+                                                BLOCK_M, BLOCK_N)
+    else:
+        end = seqlen_q // BLOCK_M * BLOCK_M
+        hi = seqlen_q
+        lo = 0
+        mid = 0
+        if IS_CAUSAL:
+            lo = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M
+            mid = tl.minimum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - diag, 0), BLOCK_M) * BLOCK_M,
+                             end)
+            mid = tl.maximum(mid, lo)
+        if start_n + BLOCK_N > seqlen_k:
+            mid = tl.maximum(end, lo)
     for g in range(0, group_size):
         h = hk * group_size + g
         bh = b * (n_heads_kv * group_size) + h
@@ -486,18 +547,18 @@ def bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, CO
                     dk, dv = _dkdv_block(
                         dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
-                        seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                        IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA)
+                        seqlen_k, diag, window, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
+                        HEAD_DIM, IS_CAUSAL, masked == 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA, WINDOW)
         else:
             for part in tl.static_range(3):  # masked head (causal diagonal), full middle, masked tail
-                m_lo = lo if part == 0 else (mid if part == 1 else tl.maximum(mid, tail))
-                m_hi = mid if part == 0 else (tail if part == 1 else seqlen_q)
+                m_lo = lo if part == 0 else (mid if part == 1 else tl.maximum(mid, end))
+                m_hi = mid if part == 0 else (end if part == 1 else hi)
                 for start_m in range(m_lo, m_hi, BLOCK_M):
                     dk, dv = _dkdv_block(
                         dk, dv, k, v, q_src, do_src, stats_base, dq_base, stride_qn,
                         stride_dn, stride_dqn, start_m, start_n, offs_m0, offs_n, offs_d, seqlen_q,
-                        seqlen_k, diag, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM,
-                        IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA)
+                        seqlen_k, diag, window, sm_scale, qk_scale, kpm_ptr, seed, bh, dropout_p,
+                        HEAD_DIM, IS_CAUSAL, part != 1, HAS_KPM, DROPOUT, ATOMIC_DQ, TMA, WINDOW)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + offs_n[:, None]) * stride_dkn
@@ -508,16 +569,17 @@ def bwd_dkdv_kernel(Q, K, V, DO, STATS, DK, DV, DQ, KPM, CU_Q, CU_K, COL_PTR, CO
 
 @triton.jit
 def _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n, start_m,
-              offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed, bh, dropout_p,
-              HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-              HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, TMA: tl.constexpr):
+              offs_m, offs_n, offs_d, seqlen_k, diag, window, qk_scale, kpm_ptr, seed, bh,
+              dropout_p, HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+              HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, TMA: tl.constexpr,
+              WINDOW: tl.constexpr):
     """Contribution of one key block to dQ of the current query block."""
     cols = start_n + offs_n
     k = _load_rows(k_src, start_n, offs_n, offs_d, stride_kn, seqlen_k, HEAD_DIM, MASKED, TMA)
     v = _load_rows(v_src, start_n, offs_n, offs_d, stride_vn, seqlen_k, HEAD_DIM, MASKED, TMA)
     qk = tl.dot(q, tl.trans(k))
-    qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr,
-                     IS_CAUSAL, MASKED, HAS_KPM)
+    qk = _score_mask(qk, offs_m[:, None], cols[None, :], seqlen_k, diag, kpm_ptr, window,
+                     IS_CAUSAL, MASKED, HAS_KPM, WINDOW)
     p = tl.math.exp2(qk * qk_scale - lse[:, None])
     dp = tl.dot(do, tl.trans(v))
     if DROPOUT:
@@ -535,12 +597,14 @@ def bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_
                    stride_vb, stride_vn, stride_vh, stride_db, stride_dn, stride_dh,
                    stride_ob, stride_on, stride_oh,
                    stride_dqb, stride_dqn, stride_dqh, stride_slot, stride_lb, stride_lh, stride_mb,
-                   seqlen_q, seqlen_k, n_heads, group_size, sm_scale, qk_scale, dropout_p, SEED,
-                   DESC1, DESC2, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   seqlen_q, seqlen_k, n_heads, group_size, window_left, window_right, sm_scale,
+                   qk_scale, dropout_p, SEED, DESC1, DESC2,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, VARLEN: tl.constexpr,
                    SPARSE: tl.constexpr, DROPOUT: tl.constexpr, REVERSE: tl.constexpr,
-                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr):
+                   LAYOUT_BLOCK: tl.constexpr, PACKED: tl.constexpr, TMA: tl.constexpr,
+                   WINDOW: tl.constexpr):
     K, V = _slots(Q, K, V, stride_slot, PACKED)
     seed, dropout_p = _dropout_args(SEED, dropout_p, DROPOUT)
     sm_scale = tl.cast(sm_scale, tl.float32)  # compiled graphs may pass Python floats as fp64
@@ -550,6 +614,7 @@ def bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_
     if start_m >= seqlen_q:
         return
     diag = seqlen_k - seqlen_q
+    window = (window_left, window_right)  # keys each side of the diagonal (WINDOW calls only)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -584,19 +649,31 @@ def bwd_dq_kernel(Q, K, V, O, DO, LSE, STATS, DQ, KPM, CU_Q, CU_K, ROW_PTR, ROW_
             for t in range(t_lo, t_hi):
                 start_n, blk = _listed_tile(COL_IDX, blk, t, t_hi, LAYOUT_BLOCK, BLOCK_N)
                 dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn,
-                               start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag,
+                               start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag, window,
                                qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL,
-                               masked == 1, HAS_KPM, DROPOUT, TMA)
+                               masked == 1, HAS_KPM, DROPOUT, TMA, WINDOW)
     else:
-        full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
-        for start_n in range(0, full, BLOCK_N):
+        if WINDOW:  # keys outside the window are never visited; its left edge needs a mask
+            lo, full_lo, full, hi = _window_key_ranges(start_m, seqlen_k, diag, window, BLOCK_M,
+                                                       BLOCK_N)
+            for start_n in range(lo, full_lo, BLOCK_N):
+                dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn,
+                               start_n, start_m, offs_m, offs_n, offs_d, seqlen_k, diag, window,
+                               qk_scale, kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True,
+                               HAS_KPM, DROPOUT, TMA, WINDOW)
+        else:
+            full_lo = 0
+            full, hi = _causal_key_ranges(start_m, seqlen_k, diag, BLOCK_M, BLOCK_N, IS_CAUSAL)
+        for start_n in range(full_lo, full, BLOCK_N):
             dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n,
-                           start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM, DROPOUT, TMA)
+                           start_m, offs_m, offs_n, offs_d, seqlen_k, diag, window, qk_scale,
+                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, False, HAS_KPM,
+                           DROPOUT, TMA, WINDOW)
         for start_n in range(full, hi, BLOCK_N):
             dq = _dq_block(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start_n,
-                           start_m, offs_m, offs_n, offs_d, seqlen_k, diag, qk_scale, kpm_ptr, seed,
-                           bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM, DROPOUT, TMA)
+                           start_m, offs_m, offs_n, offs_d, seqlen_k, diag, window, qk_scale,
+                           kpm_ptr, seed, bh, dropout_p, HEAD_DIM, IS_CAUSAL, True, HAS_KPM,
+                           DROPOUT, TMA, WINDOW)
     dq = dq * sm_scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqn
              + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)

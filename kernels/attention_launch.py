@@ -19,6 +19,9 @@ from kernels.attention_kernels import (bwd_dkdv_kernel, bwd_dq_kernel, bwd_row_s
 from kernels.torch_ops import traceable
 
 LOG2E = 1.4426950408889634
+# what the kernels get for an unbounded side of a sliding window: wider than any sequence, and
+# small enough that a position plus it stays an int32
+UNBOUNDED_WINDOW = 1 << 30
 
 
 def block_d_for(head_dim):
@@ -46,11 +49,13 @@ class AttentionProblem:
     scale; seed: (1,) int64 on the device with dropout, else None; kpm: (B, Nk) uint8 key-padding
     mask or None; sparse: block lists with `block`, `row_lists()` and `col_lists()` (a
     `kernels.BlockSparseIndex` or `SparseLists`) or None; packed: the packed qkv whose views q and
-    k are, or None.
+    k are, or None; window: (left, right) keys each side of the (bottom-right aligned) diagonal
+    that a query sees, -1 = unbounded (causal bounds the right side at 0).
     """
 
     def __init__(self, q, k, *, sm_scale, causal=False, dropout_p=0.0, seed=None, kpm=None,
-                 cu_q=None, cu_k=None, max_q=0, max_k=0, sparse=None, packed=None):
+                 cu_q=None, cu_k=None, max_q=0, max_k=0, sparse=None, packed=None,
+                 window=(-1, -1)):
         self.varlen = cu_q is not None
         if self.varlen:
             self.batch = cu_q.numel() - 1
@@ -75,6 +80,14 @@ class AttentionProblem:
         self.seed = seed
         self.kpm, self.cu_q, self.cu_k, self.sparse = kpm, cu_q, cu_k, sparse
         self.kpm_stride = kpm.stride(0) if kpm is not None else 0
+        # A bounded window gets kernels compiled with WINDOW, which carry the causal bound as
+        # its right side; calls without one compile no window code at all.
+        left, right = window
+        self.windowed = left >= 0 or (right >= 0 and not causal)
+        self.window_args = (0, 0)
+        if self.windowed:
+            self.window_args = (left if left >= 0 else UNBOUNDED_WINDOW,
+                                0 if causal else (right if right >= 0 else UNBOUNDED_WINDOW))
 
     def inputs(self, q, k, v):
         """The q, k, v pointer arguments: the packed tensor alone for a packed call."""
@@ -104,10 +117,11 @@ class AttentionProblem:
         return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
 
     def flags(self):
-        return dict(HEAD_DIM=self.head_dim, BLOCK_D=self.block_d, IS_CAUSAL=self.causal,
-                    HAS_KPM=self.kpm is not None, VARLEN=self.varlen,
-                    SPARSE=self.sparse is not None, DROPOUT=self.dropout_p > 0.0,
-                    PACKED=self.packed is not None)
+        return dict(HEAD_DIM=self.head_dim, BLOCK_D=self.block_d,
+                    IS_CAUSAL=self.causal and not self.windowed, HAS_KPM=self.kpm is not None,
+                    VARLEN=self.varlen, SPARSE=self.sparse is not None,
+                    DROPOUT=self.dropout_p > 0.0, PACKED=self.packed is not None,
+                    WINDOW=self.windowed)
 
     def tma_ready(self, *tensors):
         """Whether a kernel may load these tensors' tiles through TMA descriptors: aligned, and
@@ -195,7 +209,7 @@ def forward(q, k, v, prob, config=None):
             *_strides(q, prob.varlen), *_strides(k, prob.varlen), *_strides(v, prob.varlen),
             prob.slot_stride, *_strides(o, prob.varlen), *prob.lse_strides(lse),
             prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group,
-            prob.sm_scale * LOG2E, prob.dropout_p, prob.seed,
+            *prob.window_args, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed,
             *_host_descs(config, config["BLOCK_N"], k, v))
     launch_kernel(fwd_kernel, grid, args, config, REVERSE=prob.causal and sp is None,
                   **prob.flags())
@@ -258,7 +272,8 @@ def backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic
                    *prob.lists(rows=True), *common,
                    *_strides(o, prob.varlen), *dq_strides, prob.slot_stride, *lse_strides,
                    prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads, prob.group,
-                   prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed,
+                   *prob.window_args, prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p,
+                   prob.seed,
                    *_host_descs(dq_cfg, dq_cfg["BLOCK_N"], k, v))
         launch_kernel(bwd_dq_kernel, (cdiv(prob.seqlen_q, dq_cfg["BLOCK_M"]),
                                  prob.batch * prob.heads),
@@ -267,7 +282,8 @@ def backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic
                  *prob.lists(rows=False), *common,
                  *dk_strides, *dv_strides, *dq_strides, prob.slot_stride, *lse_strides,
                  prob.kpm_stride, prob.seqlen_q, prob.seqlen_k, prob.heads_kv, prob.group,
-                 prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p, prob.seed,
+                 *prob.window_args, prob.sm_scale, prob.sm_scale * LOG2E, prob.dropout_p,
+                 prob.seed,
                  *_host_descs(dkdv_cfg, dkdv_cfg["BLOCK_M"], q, do))
     launch_kernel(bwd_dkdv_kernel, (cdiv(prob.seqlen_k, dkdv_cfg["BLOCK_N"]),
                                prob.batch * prob.heads_kv), dkdv_args, dkdv_cfg,

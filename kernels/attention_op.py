@@ -21,7 +21,8 @@ from kernels.torch_ops import interpreting, kernel_op
 class OpInputs(NamedTuple):
     """The attention op's arguments, in order. k and v None: q is a packed qkv (..., 3, H, d).
     sparse: the six CSR block lists of a block-sparse call at `block` tokens per block (empty for
-    a dense call); deterministic is read by the backward only."""
+    a dense call); window_left, window_right: a sliding window's sides (-1 = unbounded);
+    deterministic is read by the backward only."""
 
     q: torch.Tensor
     k: Optional[torch.Tensor]
@@ -34,6 +35,8 @@ class OpInputs(NamedTuple):
     max_q: int
     max_k: int
     block: int
+    window_left: int
+    window_right: int
     causal: bool
     sm_scale: float
     dropout_p: float
@@ -89,7 +92,7 @@ def _problem(args, lead=()):
     problem = AttentionProblem(q, k, sm_scale=args.sm_scale, causal=args.causal,
                                dropout_p=args.dropout_p, seed=args.seed, kpm=kpm, cu_q=cu_q,
                                cu_k=cu_k, max_q=args.max_q, max_k=args.max_k, sparse=sparse,
-                               packed=packed)
+                               packed=packed, window=(args.window_left, args.window_right))
     return (*lead, q, k, v), problem
 
 
@@ -205,10 +208,11 @@ def draw_seed(device):
 
 
 def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu_k=None,
-                   max_q=None, max_k=None, sparse=None, deterministic=False):
+                   max_q=None, max_k=None, sparse=None, deterministic=False, window=(-1, -1)):
     """Run the attention op (with autograd) for checked inputs; returns (out, lse).
 
     sparse: a block-sparse index with `block`, `row_lists()` and `col_lists()`, or None.
+    window: a checked (left, right) sliding window (`check_window`), (-1, -1) for none.
     deterministic: a backward with no atomics, bitwise reproducible (a dQ pass of its own).
     """
     check_dropout(dropout_p)
@@ -218,5 +222,5 @@ def attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm, cu_q=None, cu
     block = sparse.block if sparse is not None else 0
     # in OpInputs order (positional: a NamedTuple built from keywords costs a microsecond more)
     return _attention(q, k, v, seed, kpm, cu_q, cu_k, lists, int(max_q or 0), int(max_k or 0),
-                      block, bool(causal), resolve_scale(softmax_scale, q.shape[-1]),
+                      block, window[0], window[1], bool(causal), resolve_scale(softmax_scale, q.shape[-1]),
                       float(dropout_p), bool(deterministic))

@@ -10,7 +10,7 @@ import torch
 
 from kernels import tuning
 from kernels.attention_inputs import (check_cu_seqlens, check_dropout, check_key_padding_mask,
-                                      check_qkv, check_qkvpacked, resolve_scale)
+                                      check_qkv, check_qkvpacked, check_window, resolve_scale)
 from kernels.attention_kernels import dropout_mask_kernel
 from kernels.attention_launch import AttentionProblem, cdiv, forward
 from kernels.attention_op import attention_call, draw_seed
@@ -34,23 +34,29 @@ def next_dropout_seed(device=None):
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
-                    key_padding_mask=None, return_lse=False, deterministic=False):
+                    key_padding_mask=None, return_lse=False, deterministic=False,
+                    window_size=(-1, -1)):
     """Exact attention, q (B, Nq, Hq, d), k and v (B, Nk, Hkv, d) with Hq % Hkv == 0.
 
     causal aligns the mask bottom-right (query i sees keys j <= i + Nk - Nq); key_padding_mask is a
-    (B, Nk) bool tensor, True = keep. Returns out (B, Nq, Hq, d) and, with return_lse, the
-    log-sum-exp (B, Hq, Nq) in float32. With dropout the backward adds dQ with float32 atomics,
-    whose order varies; deterministic=True keeps a separate dQ pass (bitwise reproducible).
+    (B, Nk) bool tensor, True = keep. window_size (left, right): sliding-window (local) attention,
+    query i sees keys i + Nk - Nq - left <= j <= i + Nk - Nq + right, -1 = unbounded on that side
+    (causal makes right 0); only the key tiles inside the window are computed. Returns out
+    (B, Nq, Hq, d) and, with return_lse, the log-sum-exp (B, Hq, Nq) in float32. With dropout the
+    backward adds dQ with float32 atomics, whose order varies; deterministic=True keeps a separate
+    dQ pass (bitwise reproducible).
     """
     q, k, v = check_qkv(q, k, v, 4)
     kpm = check_key_padding_mask(key_padding_mask, q, k)
     out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, kpm,
-                              deterministic=deterministic)
+                              deterministic=deterministic,
+                              window=check_window(window_size, causal))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
-                              key_padding_mask=None, return_lse=False, deterministic=False):
+                              key_padding_mask=None, return_lse=False, deterministic=False,
+                              window_size=(-1, -1)):
     """flash_attn_func over q, k, v packed in one tensor qkv (B, N, 3, H, d), as a fused q/k/v
     projection makes them: the forward reads the three in place and the backward writes one packed
     gradient, so no pass copies them (not even in compiled graphs). Returns out (B, N, H, d) and,
@@ -58,16 +64,18 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     qkv = check_qkvpacked(qkv, 5)
     kpm = check_key_padding_mask(key_padding_mask, qkv, qkv)
     out, lse = attention_call(qkv, None, None, dropout_p, softmax_scale, causal, kpm,
-                              deterministic=deterministic)
+                              deterministic=deterministic,
+                              window=check_window(window_size, causal))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, return_lse=False,
-                           deterministic=False):
+                           deterministic=False, window_size=(-1, -1)):
     """Attention over packed variable-length sequences: q (total_q, Hq, d), k/v (total_k, Hkv, d).
 
-    Sequence b spans rows cu_seqlens[b]:cu_seqlens[b+1] (int32). lse is (Hq, total_q).
+    Sequence b spans rows cu_seqlens[b]:cu_seqlens[b+1] (int32). lse is (Hq, total_q). causal and
+    window_size align each sequence's mask bottom-right, as in flash_attn_func.
     """
     q, k, v = check_qkv(q, k, v, 3)
     check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
@@ -76,20 +84,22 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same number of sequences")
     out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, None,
                               cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                              deterministic=deterministic)
+                              deterministic=deterministic,
+                              window=check_window(window_size, causal))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softmax_scale=None, causal=False, return_lse=False,
-                                     deterministic=False):
+                                     deterministic=False, window_size=(-1, -1)):
     """flash_attn_varlen_func over packed variable-length sequences whose q, k, v are packed in
     one tensor qkv (total, 3, H, d): no copies of q, k, v, one packed gradient."""
     qkv = check_qkvpacked(qkv, 4)
     check_cu_seqlens("cu_seqlens", cu_seqlens, qkv.shape[0], qkv.device)
     out, lse = attention_call(qkv, None, None, dropout_p, softmax_scale, causal, None,
                               cu_seqlens, cu_seqlens, int(max_seqlen), int(max_seqlen),
-                              deterministic=deterministic)
+                              deterministic=deterministic,
+                              window=check_window(window_size, causal))
     return (out, lse) if return_lse else out
 
 

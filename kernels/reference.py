@@ -5,11 +5,14 @@ import torch
 
 
 def reference_attention(q, k, v, softmax_scale=None, causal=False, key_padding_mask=None,
-                        attn_mask=None, dropout_mask=None, dropout_p=0.0, upcast=True):
+                        attn_mask=None, dropout_mask=None, dropout_p=0.0, upcast=True,
+                        window_size=(-1, -1)):
     """Attention computed the textbook way, (batch, seqlen, heads, head_dim) layout.
 
     q: (B, Nq, Hq, d); k, v: (B, Nk, Hkv, d) with Hq % Hkv == 0 (GQA).
     causal: query i sees keys j <= i + Nk - Nq (bottom-right aligned, as flash-attn).
+    window_size (left, right): query i sees keys i + Nk - Nq - left <= j <= i + Nk - Nq + right
+    (-1 = unbounded on that side).
     key_padding_mask: (B, Nk) bool, True = keep. attn_mask: (B or 1, H or 1, Nq, Nk) bool, True = keep.
     dropout_mask: (B, Hq, Nq, Nk) bool, True = keep; kept probabilities are scaled by 1/(1-dropout_p).
     Rows with no visible key give zeros. Returns (out, lse) with lse (B, Hq, Nq) in float32 or q's
@@ -32,6 +35,14 @@ def reference_attention(q, k, v, softmax_scale=None, causal=False, key_padding_m
         rows = torch.arange(nq, device=q.device)[:, None]
         cols = torch.arange(nk, device=q.device)[None, :]
         keep = keep & (cols <= rows + (nk - nq))
+    left, right = window_size
+    if left >= 0 or right >= 0:
+        rows = torch.arange(nq, device=q.device)[:, None] + (nk - nq)
+        cols = torch.arange(nk, device=q.device)[None, :]
+        if left >= 0:
+            keep = keep & (cols >= rows - left)
+        if right >= 0:
+            keep = keep & (cols <= rows + right)
     if key_padding_mask is not None:
         keep = keep & key_padding_mask[:, None, None, :].to(torch.bool)
     if attn_mask is not None:

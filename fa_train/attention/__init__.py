@@ -30,7 +30,9 @@ tokens attend to it (fa_train.attention.cache: the PyTorch path; ``flash`` on CU
 Implementations: ``standard`` (materialized: scores, masks, fp32 softmax, torch dropout, matmul),
 ``sdpa`` (torch.nn.functional.scaled_dot_product_attention), ``flash`` (our Triton kernel; option
 ``deterministic``), ``blocksparse`` (our block-sparse Triton kernel; its options are the fields of
-``kernels.layouts.LayoutSpec``, and ``stats()`` describes its layout) and ``auto`` (``flash`` on
+``kernels.layouts.LayoutSpec``, and ``stats()`` describes its layout), ``local`` (sliding-window
+attention, the paper's Local Attention baseline: options ``window_left``, ``window_right``; our
+flash kernels with a window where Triton runs, masked SDPA elsewhere) and ``auto`` (``flash`` on
 CUDA tensors, ``sdpa`` otherwise; resolved per call from q.device).
 
 The paper's approximate baselines (PyTorch ops; not exact, so they match the others only in their

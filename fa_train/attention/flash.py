@@ -10,9 +10,14 @@ import torch
 from fa_train.attention.base import Attention
 
 
+def triton_runs_on(device) -> bool:
+    """Whether Triton kernels run on `device`: CUDA, or the CPU under TRITON_INTERPRET=1."""
+    return torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def check_triton_device(x: torch.Tensor, impl: str):
     """A clear error for CPU tensors without the Triton interpreter."""
-    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+    if not triton_runs_on(x.device):
         raise RuntimeError(
             f"attention impl {impl!r} runs Triton kernels and needs CUDA tensors, got device "
             f"{x.device}; set TRITON_INTERPRET=1 to run them (slowly) on CPU, or use "
@@ -32,11 +37,15 @@ class FlashAttention(Attention):
     runs_triton = True
     Config = FlashOptions
 
+    def kernel_options(self) -> dict:
+        """Keyword arguments of this implementation's kernel calls beyond the common signature."""
+        return dict(deterministic=self.config.deterministic)
+
     def forward(self, q, k, v, causal, dropout_p, softmax_scale, key_padding_mask=None,
                 cu_seqlens=None, max_seqlen=None):
         check_triton_device(q, self.name)
         options = dict(dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                       deterministic=self.config.deterministic)
+                       **self.kernel_options())
         if cu_seqlens is not None:
             from kernels import flash_attn_varlen_func
             cu = cu_seqlens.to(torch.int32)
@@ -51,7 +60,7 @@ class FlashAttention(Attention):
         self.check_call(causal, dropout_p, key_padding_mask, cu_seqlens)
         check_triton_device(qkv, self.name)
         options = dict(dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                       deterministic=self.config.deterministic)
+                       **self.kernel_options())
         if cu_seqlens is not None:
             from kernels import flash_attn_varlen_qkvpacked_func
             return flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens.to(torch.int32),

@@ -44,14 +44,24 @@ def run_varlen_by_padding(fn, q, k, v, cu_seqlens, max_seqlen, **kwargs):
     return out.reshape(batch * n, *out.shape[2:]).index_select(0, indices)
 
 
-def keep_mask(q, k, causal, key_padding_mask):
-    """Boolean keep-mask broadcastable to (B, H, Nq, Nk), or None. Causal is bottom-right aligned."""
+def keep_mask(q, k, causal, key_padding_mask, window=(-1, -1)):
+    """Boolean keep-mask broadcastable to (B, H, Nq, Nk), or None. Causal is bottom-right aligned,
+    as is window (left, right): query i keeps keys i + Nk - Nq - left .. i + Nk - Nq + right
+    (-1 = unbounded on that side)."""
     nq, nk = q.shape[1], k.shape[1]
     keep = None
+    left, right = window
     if causal:
-        rows = torch.arange(nq, device=q.device)[:, None]
+        right = 0
+    if left >= 0 or right >= 0:
+        diagonal = torch.arange(nq, device=q.device)[:, None] + (nk - nq)
         cols = torch.arange(nk, device=q.device)[None, :]
-        keep = (cols <= rows + (nk - nq))[None, None]
+        keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device)
+        if left >= 0:
+            keep = keep & (cols >= diagonal - left)
+        if right >= 0:
+            keep = keep & (cols <= diagonal + right)
+        keep = keep[None, None]
     if key_padding_mask is not None:
         kpm = key_padding_mask.to(torch.bool)[:, None, None, :]
         keep = kpm if keep is None else keep & kpm

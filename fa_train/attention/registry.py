@@ -11,13 +11,14 @@ from fa_train.attention.linear import LinearAttention
 from fa_train.attention.linformer import LinformerAttention
 from fa_train.attention.performer import PerformerAttention
 from fa_train.attention.reformer import ReformerAttention
+from fa_train.attention.local import LocalAttention
 from fa_train.attention.sdpa import SdpaAttention
 from fa_train.attention.smyrf import SmyrfAttention
 from fa_train.attention.standard import StandardAttention
 
 ATTENTION_CLASSES: dict[str, type[Attention]] = {
     cls.name: cls for cls in (StandardAttention, SdpaAttention, FlashAttention,
-                              BlocksparseAttention, AutoAttention)}
+                              BlocksparseAttention, AutoAttention, LocalAttention)}
 # the approximate baselines of the paper's Table 3 and Figure 3
 ATTENTION_CLASSES.update({cls.name: cls for cls in (
     LinformerAttention, LinearAttention, PerformerAttention, ReformerAttention, SmyrfAttention)})

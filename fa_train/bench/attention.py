@@ -5,19 +5,25 @@ fa_train.metrics.flops.attention_flops (forward 4·B·H·N²·d, halved when cau
 padding counted at full length). Runtime: median of triton.testing.do_bench (CUDA events, L2
 flushed), or with timer "cuda-graph" of calls replayed from a CUDA graph (GPU time without the
 host's); the backward pass is timed alone (backward with retain_graph on a stored forward graph).
-Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included. The
-approximate baselines (impls linformer, linear, performer, reformer, smyrf) get runtime and memory
-only: no FLOP count and no check against exact attention.
+Memory: torch.cuda.max_memory_allocated during one call of the pass, inputs included.
+
+With a sliding window (`window`: keys each side of the diagonal), `local` (ours) and `flex`
+(FlexAttention with a sliding-window block mask) compute the window and count the FLOPs of the
+pairs it keeps; the other implementations (dense `flash` by default) compute full attention
+beside them. At a fixed token budget (batch x N), a cost linear in N is a flat runtime.
+The approximate baselines (impls linformer, linear, performer, reformer, smyrf) get runtime and
+memory only: no FLOP count and no check against exact attention.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Optional
 
 import torch
 
 from fa_train.bench.common import (CHECK_TOLERANCE, PASSES, RunOptions, check_timer, environment,
                                    make_progress, parse_dtype, resolve_device)
-from fa_train.bench.impls import (ATTENTION_IMPL_NAMES, BASELINE_IMPL_NAMES, Case, default_impls,
+from fa_train.bench.impls import (ATTENTION_IMPL_NAMES, KNOWN_IMPL_NAMES, Case, default_impls,
                                   padding_lengths)
 from fa_train.bench.report import Plot, Table, write_reports
 from fa_train.bench.runner import measure
@@ -25,6 +31,7 @@ from fa_train.metrics.flops import attention_flops
 
 DEFAULT_SEQLENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 QUICK_SEQLENS = (512, 2048, 8192)
+WINDOW_SEQLENS = (1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def _check_list(name, values, allowed=None, positive=False):
@@ -52,8 +59,9 @@ class AttentionBenchConfig(RunOptions):
     tokens: int = 16384
     hidden: int = 2048
     timer: str = "events"  # or "cuda-graph": GPU time without the host's (common.bench_time)
+    window: Optional[int] = None  # sliding window, keys each side (None: full attention)
 
-    def validate(self, known_impls=ATTENTION_IMPL_NAMES + BASELINE_IMPL_NAMES):
+    def validate(self, known_impls=KNOWN_IMPL_NAMES):
         self.impls = _check_list("impls", self.impls, allowed=known_impls)
         self.seqlens = sorted(_check_list("seqlens", self.seqlens, positive=True))
         self.head_dims = _check_list("head_dims", self.head_dims, positive=True)
@@ -67,6 +75,8 @@ class AttentionBenchConfig(RunOptions):
             raise ValueError(f"dropout_p must be in [0, 1), got {self.dropout_p}")
         for name in ("tokens", "hidden", "rep_ms"):
             _check_list(name, [getattr(self, name)], positive=True)
+        if self.window is not None:
+            _check_list("window", [self.window], positive=True)
         if self.warmup_ms < 0:
             raise ValueError(f"warmup_ms must be >= 0, got {self.warmup_ms}")
         for d in self.head_dims:
@@ -79,6 +89,15 @@ class AttentionBenchConfig(RunOptions):
 def shape_for(tokens, hidden, seqlen, head_dim):
     """(batch, heads): batch x seqlen = tokens (at least 1), heads = hidden / head_dim."""
     return max(1, tokens // seqlen), hidden // head_dim
+
+
+def window_density(seqlen, window, causal):
+    """The fraction of the N x N score matrix that a sliding window of `window` keys each side
+    (and the causal mask) keeps."""
+    rows = torch.arange(seqlen, dtype=torch.float64)
+    last = rows if causal else torch.clamp(rows + window, max=seqlen - 1)
+    kept = last - torch.clamp(rows - window, min=0) + 1
+    return float(kept.sum()) / seqlen ** 2
 
 
 def make_inputs(batch, seqlen, heads, head_dim, dtype, device, seed):
@@ -111,24 +130,32 @@ def run_attention_bench(config, impls=None):
                 lengths = (padding_lengths(batch, seqlen, config.seed, device)
                            if config.padding else None)
                 case = Case(batch, seqlen, heads, head_dim, causal, float(config.dropout_p),
-                            config.padding, dtype, device, lengths)
+                            config.padding, dtype, device, lengths, config.window)
                 for name in config.impls:
                     bar.describe(f"{name} d={head_dim} causal={int(causal)} N={seqlen}")
-                    measured = measure(impls[name], case, q, k, v, config.passes,
+                    impl_case = case if impls[name].applies_window else replace(case, window=None)
+                    measured = measure(impls[name], impl_case, q, k, v, config.passes,
                                        check=config.check and n_idx == 0, tolerance=tolerance,
                                        warmup_ms=config.warmup_ms, rep_ms=config.rep_ms,
                                        timer=config.timer)
                     for m in measured:
-                        flops = attention_flops(batch, seqlen, seqlen, heads, head_dim,
-                                                causal=causal, mode=m["pass"]) \
-                            if impls[name].exact else None  # approximations do other work
+                        if not impls[name].exact:      # approximations do other work
+                            flops = None
+                        elif impl_case.window is None:
+                            flops = attention_flops(batch, seqlen, seqlen, heads, head_dim,
+                                                    causal=causal, mode=m["pass"])
+                        else:
+                            flops = attention_flops(
+                                batch, seqlen, seqlen, heads, head_dim, mode=m["pass"],
+                                density=window_density(seqlen, impl_case.window, causal))
                         tflops = flops / (m["ms"] * 1e-3) / 1e12 \
                             if m.get("ms") and flops else None
                         rows.append({"bench": "attention", "impl": name, "batch": batch,
                                      "seqlen": seqlen, "heads": heads, "head_dim": head_dim,
                                      "causal": int(causal), "dropout_p": case.dropout_p,
                                      "padding": int(config.padding), "dtype": config.dtype,
-                                     "flops": flops, "tflops": tflops, **m})
+                                     "window": impl_case.window, "flops": flops,
+                                     "tflops": tflops, **m})
                     bar.advance()
                 del q, k, v
     return rows
@@ -186,5 +213,11 @@ def write_attention_reports(rows, out_dir, config, name="attention"):
         "Correctness guard: first sequence length of each (head_dim, causal) group, batch 0, "
         "first heads, against kernels.reference_attention in float64 (check_rel_err in the JSON).",
     ]
+    if config.window is not None:
+        notes.append(
+            f"Sliding window: {config.window} keys each side of the diagonal (causal: before "
+            f"it) in the rows of {', '.join(n for n in config.impls if n in ('local', 'flex'))}, "
+            "whose FLOPs count the kept pairs only; the other implementations compute full "
+            "attention. At a fixed token budget a cost linear in N is a flat runtime.")
     return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
                          asdict(config), ATTENTION_TABLES, attention_plots(config.passes), notes)

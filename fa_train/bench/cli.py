@@ -4,7 +4,7 @@ subcommand takes --out DIR.
   fa-bench attention   --out DIR [--impls ...] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]
                        [--dropout 0.0] [--padding] [--passes fwd,bwd,fwd+bwd] [--dtype bf16]
                        [--tokens 16384] [--hidden 2048] [--timer events|cuda-graph] [--quick]
-                       [--device cuda]
+                       [--device cuda] [--window W (local, flex, flash at N = 1K..32K)]
   fa-bench blocksparse --out DIR [--seqlens 4096,16384,65536] [--head-dims 64,128]
                        [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0 | --layouts JSON]
                        [--block 128] [--dropout 0.0]
@@ -79,12 +79,13 @@ def build_parser():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from fa_train.bench.impls import ATTENTION_IMPL_NAMES, BASELINE_IMPL_NAMES
+    from fa_train.bench.impls import BASELINE_IMPL_NAMES, KNOWN_IMPL_NAMES, WINDOW_IMPL_NAMES
     p = sub.add_parser("attention", help="dense attention runtime, TFLOP/s, memory (Figure 3)")
     _add_common(p)
-    p.add_argument("--impls", type=_words("--impls"), default=list(ATTENTION_IMPL_NAMES),
-                   help=f"comma list from {','.join(ATTENTION_IMPL_NAMES)} (the default), and "
-                        f"the approximate baselines {','.join(BASELINE_IMPL_NAMES)}")
+    p.add_argument("--impls", type=_words("--impls"), default=None,
+                   help=f"comma list from {','.join(KNOWN_IMPL_NAMES)} (default: the exact ones but "
+                        f"local; with --window {','.join(WINDOW_IMPL_NAMES)}); the approximate "
+                        f"baselines {','.join(BASELINE_IMPL_NAMES)} run only when named")
     p.add_argument("--seqlens", type=_list(int, "--seqlens"), default=None,
                    help="comma list (default 128,...,65536; --quick 512,2048,8192)")
     p.add_argument("--head-dims", type=_list(int, "--head-dims"), default=[64, 128])
@@ -98,6 +99,9 @@ def build_parser():
     p.add_argument("--timer", default="events", choices=["events", "cuda-graph"],
                    help="events: CUDA events per call (host time included where it dominates); "
                         "cuda-graph: calls replayed from a CUDA graph (GPU time alone)")
+    p.add_argument("--window", type=int, default=None,
+                   help="sliding window, keys each side of the diagonal: local (ours) and flex "
+                        "compute it, the other impls full attention (default N = 1K..32K)")
 
     p = sub.add_parser("blocksparse", help="block-sparse runtime vs density (Figure 2 right)")
     _add_common(p)
@@ -207,11 +211,15 @@ def configure(args):
         common.update(warmup_ms=5, rep_ms=25)
     if args.command == "attention":
         from fa_train.bench import attention as mod
-        seqlens = args.seqlens or list(mod.QUICK_SEQLENS if quick else mod.DEFAULT_SEQLENS)
+        from fa_train.bench.impls import ATTENTION_IMPL_NAMES, WINDOW_IMPL_NAMES
+        windowed = args.window is not None
+        seqlens = args.seqlens or list(mod.WINDOW_SEQLENS if windowed else
+                                       mod.QUICK_SEQLENS if quick else mod.DEFAULT_SEQLENS)
+        impls = args.impls or list(WINDOW_IMPL_NAMES if windowed else ATTENTION_IMPL_NAMES)
         config = mod.AttentionBenchConfig(
-            impls=args.impls, seqlens=seqlens, head_dims=args.head_dims, causal=args.causal,
+            impls=impls, seqlens=seqlens, head_dims=args.head_dims, causal=args.causal,
             dropout_p=args.dropout, padding=args.padding, passes=args.passes, tokens=args.tokens,
-            hidden=args.hidden, timer=args.timer, **common)
+            hidden=args.hidden, timer=args.timer, window=args.window, **common)
         return config.validate(), mod.run_attention_bench, mod.write_attention_reports
     if args.command == "blocksparse":
         from fa_train.bench import blocksparse as mod

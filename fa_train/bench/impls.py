@@ -9,11 +9,17 @@ of its output back to (B, N, H, d) for the correctness guard.
   ``standard`` (materialized, the paper's baseline): the classes of ``fa_train.attention``'s
   registry, called as models call them, (B, N, H, d) with padding through ``key_padding_mask``.
 - ``sdpa_flash`` / ``sdpa_cudnn`` / ``sdpa_efficient``: torch SDPA pinned to one backend, (B, H, N, d).
-- ``flex``: ``torch.compile(flex_attention)`` (eager on CPU) with a BlockMask for causal/padding.
+- ``flex``: ``torch.compile(flex_attention)`` (eager on CPU) with a BlockMask for causal/padding
+  and, for a case with a window, the sliding window.
+- ``local``: our sliding-window attention (``fa_train.attention``'s ``local``) at the case's
+  window; it runs only cases with one.
 - ``linformer``, ``linear``, ``performer``, ``reformer``, ``smyrf`` (BASELINE_IMPL_NAMES, not run
   unless named): the paper's approximate baselines from the registry with their configs'
   defaults, built per case on its device; approximations get no correctness check and no FLOP
   count.
+
+Implementations whose ``applies_window`` is False compute full attention in a case with a window
+(the dense baseline beside the windowed rows).
 """
 from __future__ import annotations
 
@@ -28,6 +34,10 @@ from fa_train.bench.common import Unsupported
 ATTENTION_IMPL_NAMES = ("flash", "flash_deterministic", "standard", "sdpa_flash", "sdpa_cudnn",
                         "sdpa_efficient", "flex")
 BASELINE_IMPL_NAMES = ("linformer", "linear", "performer", "reformer", "smyrf")
+# what a benchmark with a sliding window runs by default: ours, FlexAttention's, dense flash
+WINDOW_IMPL_NAMES = ("local", "flex", "flash")
+KNOWN_IMPL_NAMES = tuple(dict.fromkeys(ATTENTION_IMPL_NAMES + WINDOW_IMPL_NAMES
+                                       + BASELINE_IMPL_NAMES))
 
 
 @dataclass
@@ -43,6 +53,12 @@ class Case:
     dtype: torch.dtype = torch.bfloat16
     device: torch.device = torch.device("cpu")
     lengths: Optional[torch.Tensor] = None  # (B,) valid key/query lengths when padding
+    window: Optional[int] = None  # sliding window: keys each side of the diagonal a query sees
+
+    @property
+    def window_size(self):
+        """(left, right) in flash-attn's convention; (-1, -1) without a window."""
+        return (-1, -1) if self.window is None else (self.window, self.window)
 
     @property
     def key_padding_mask(self):
@@ -85,9 +101,11 @@ def _from_bhnd(out):
 
 class AttentionImpl:
     """Base: name, check_support(case) raising Unsupported, build(case, q, k, v, dropout_p);
-    `exact` False: an approximation, not checked against the reference."""
+    `exact` False: an approximation, not checked against the reference.
+    applies_window: whether it computes a case's sliding window (else full attention)."""
     name = ""
     exact = True
+    applies_window = False
 
     def check_support(self, case: Case) -> None:
         pass
@@ -200,19 +218,21 @@ def _sorted_indices(mask):
     return counts, order
 
 
-def flex_block_mask(seqlen, block=128, causal=False, lengths=None, layout=None, device="cpu"):
+def flex_block_mask(seqlen, block=128, causal=False, lengths=None, layout=None, device="cpu",
+                    window=None):
     """A FlexAttention BlockMask built in block space (never materializes N x N).
 
     layout: (nb, nb) bool block layout (block (i, j) allowed iff layout[i, j]); causal: token-level
-    causal mask (top-left aligned); lengths: (B,) valid key lengths (key padding). Blocks every
-    constraint keeps whole are "full" (compiled flex evaluates no mask_mod there); those cut by
-    causal or padding are "partial". mask_mod also repeats the layout per token, since eager
-    (uncompiled) flex ignores the block lists. Returns None when nothing is masked.
+    causal mask (top-left aligned); lengths: (B,) valid key lengths (key padding); window: query i
+    sees keys i - window .. i + window (sliding window). Blocks every constraint keeps whole are
+    "full" (compiled flex evaluates no mask_mod there); those cut by causal, the window or padding
+    are "partial". mask_mod also repeats the layout per token, since eager (uncompiled) flex
+    ignores the block lists. Returns None when nothing is masked.
     """
     from torch.nn.attention.flex_attention import BlockMask
     device = torch.device(device)
     nb = -(-seqlen // block)
-    if layout is None and not causal and lengths is None:
+    if layout is None and not causal and lengths is None and window is None:
         return None
     qb = torch.arange(nb, device=device)[:, None]
     kb = torch.arange(nb, device=device)[None, :]
@@ -227,6 +247,10 @@ def flex_block_mask(seqlen, block=128, causal=False, lengths=None, layout=None, 
         nonempty, full = nonempty & lay, full & lay
     if causal:
         nonempty, full = nonempty & (kb <= qb), full & (kb < qb)
+    if window is not None:  # key minus query offsets within a block pair span this range
+        lowest, highest = (kb - qb) * block - (block - 1), (kb - qb) * block + (block - 1)
+        nonempty = nonempty & (highest >= -window) & (lowest <= window)
+        full = full & (lowest >= -window) & (highest <= window)
     if lengths is not None:
         lengths = lengths.to(device)
         lens = lengths[:, None, None]
@@ -240,6 +264,8 @@ def flex_block_mask(seqlen, block=128, causal=False, lengths=None, layout=None, 
             keep = keep & lay[0, q_idx // block, kv_idx // block]
         if causal:
             keep = keep & (q_idx >= kv_idx)
+        if window is not None:
+            keep = keep & (kv_idx >= q_idx - window) & (kv_idx <= q_idx + window)
         if lengths is not None:
             keep = keep & (kv_idx < lengths[b])
         return keep
@@ -254,6 +280,7 @@ def flex_block_mask(seqlen, block=128, causal=False, lengths=None, layout=None, 
 
 class FlexImpl(AttentionImpl):
     name = "flex"
+    applies_window = True
 
     def check_support(self, case):
         if case.dropout_p > 0:
@@ -267,8 +294,27 @@ class FlexImpl(AttentionImpl):
         attn = flex_attention_fn(case.device)
         leaves = _leaves_bhnd(q, k, v)
         block_mask = flex_block_mask(case.seqlen, causal=case.causal, lengths=case.lengths,
-                                     device=case.device)
+                                     device=case.device, window=case.window)
         return Built(lambda: attn(*leaves, block_mask=block_mask), leaves, _from_bhnd)
+
+
+class LocalImpl(RegistryImpl):
+    """Our sliding-window attention (``local``) at the window of each case."""
+    applies_window = True
+
+    def __init__(self):
+        super().__init__("local", "local")
+
+    def check_support(self, case):
+        if case.window is None:
+            raise Unsupported("local needs a window (fa-bench attention --window)")
+        super().check_support(case)
+
+    def build(self, case, q, k, v, dropout_p):
+        from fa_train.attention import build_attention
+        self.attention = build_attention({"impl": "local", "window_left": case.window,
+                                          "window_right": case.window})
+        return super().build(case, q, k, v, dropout_p)
 
 
 def default_impls():
@@ -282,4 +328,5 @@ def default_impls():
         "sdpa_efficient": SDPAImpl("sdpa_efficient", "EFFICIENT_ATTENTION"),
         "flex": FlexImpl(),
         **{name: BaselineImpl(name) for name in BASELINE_IMPL_NAMES},
+        "local": LocalImpl(),
     }

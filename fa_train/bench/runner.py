@@ -42,7 +42,8 @@ def reference_output(case, q, k, v, attn_mask=None):
     mask = case.key_padding_mask
     out, _ = reference_attention(q.double(), k.double(), v.double(), causal=case.causal,
                                  key_padding_mask=None if mask is None else mask[: q.shape[0]],
-                                 attn_mask=attn_mask)
+                                 attn_mask=attn_mask,
+                                 window_size=case.window_size)
     return out
 
 

@@ -334,15 +334,18 @@ def _glance_row(recipe) -> str:
     prow, pcol = spec["paper"]["row"], spec["paper"]["column"]
     pval = ptable["rows"][prow][list(ptable["columns"]).index(pcol)]
     paper = f"{prow}, {pcol}: {MISSING if pval is None else pval}{_unit(units.get(pcol))}"
-    scale = next((s for s in SCALE_ORDER
-                  if (ROOT / "reports" / recipe.name / s / "results.json").is_file()), None)
-    if scale is None:
-        return f"| {title} | {paper} | not run yet | {MISSING} | {MISSING} |"
-    out = ROOT / "reports" / recipe.name / scale
-    ours = Ours(recipe, out)
     orow, ocol = spec["ours"]["row"], spec["ours"]["column"]
     columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
-    value, why = our_row(ours, table, orow, columns, {})[ocol]
+    # the largest scale whose cell has a value (a paused or failed run has none), else the
+    # largest scale with results, showing why its cell is empty
+    found = []
+    for s in SCALE_ORDER:
+        if (ROOT / "reports" / recipe.name / s / "results.json").is_file():
+            ours = Ours(recipe, ROOT / "reports" / recipe.name / s)
+            found.append((s, ours, *our_row(ours, table, orow, columns, {})[ocol]))
+    if not found:
+        return f"| {title} | {paper} | not run yet | {MISSING} | {MISSING} |"
+    scale, ours, value, why = next((f for f in found if f[2] is not None), found[0])
     col_spec = (table.get("columns") or {}).get(ocol)
     shown = (fmt_value(value, (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec))
              if value is not None else why or MISSING)

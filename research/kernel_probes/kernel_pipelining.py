@@ -128,15 +128,16 @@ def loop_waits(ttgir):
     return waits
 
 
-def kernel_cases(head_dim, same_tiles=False, causal=False, dropout=False):
+def kernel_cases(head_dim, same_tiles=False, causal=False, dropout=False, window=False):
     """(name, kernel, launch config, constants) of each kernel, dense and block-sparse (with
-    same_tiles, both with the block-sparse tiles)."""
+    same_tiles, both with the block-sparse tiles); window: the dense kernels compiled for a
+    sliding window (which carries the causal bound itself)."""
     block_d = block_d_for(head_dim)
-    base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal, HAS_KPM=False,
-                VARLEN=False, DROPOUT=dropout, ATOMIC_DQ=False, PACKED=False)
+    base = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, IS_CAUSAL=causal and not window,
+                HAS_KPM=False, VARLEN=False, DROPOUT=dropout, ATOMIC_DQ=False, PACKED=False)
     for sparse in (False, True):
         constants = dict(base, SPARSE=sparse, LAYOUT_BLOCK=LAYOUT_BLOCK if sparse else 1,
-                         REVERSE=causal and not sparse)
+                         REVERSE=causal and not sparse, WINDOW=window and not sparse)
         tiles = sparse or same_tiles
         dkdv, dq = tuning.backward_configs(block_d, sparse=tiles)
         forward = tuning.forward_config(block_d, causal, sparse=tiles)

@@ -6,9 +6,10 @@ loop that multiplies tiles (HGMMA on Hopper), counts its instructions by opcode:
 iteration issues besides the matmuls. Also reports registers and stack (spill) bytes per thread.
 kernels/NOTES.md round 22 used these counts to find the per-row work the dK/dV loop repeated,
 round 23 the dropout uniforms exchanged between threads (--dropout: the kernels with dropout, dQ
-by a pass of its own).
+by a pass of its own); --window compiles them for a sliding window (round 30).
 
 Usage: python research/kernel_probes/loop_instructions.py [--arch 90] [--head-dim 64] [--causal] [--dropout]
+       [--window]
        [--json]
 Needs TRITON_INTERPRET unset (the interpreter replaces the compiler).
 """
@@ -72,10 +73,11 @@ def resources(cubin_path):
     return int(m.group(1)), int(m.group(2))
 
 
-def report(arch=90, head_dim=64, causal=False, dropout=False):
+def report(arch=90, head_dim=64, causal=False, dropout=False, window=False):
     """{kernel: {"registers", "stack_bytes", "loops"}} for the dense kernels."""
     result = {}
-    for case, kernel, config, constants in kernel_cases(head_dim, causal=causal, dropout=dropout):
+    for case, kernel, config, constants in kernel_cases(head_dim, causal=causal, dropout=dropout,
+                                                        window=window):
         if not case.startswith("dense "):
             continue
         name = case.removeprefix("dense ")
@@ -93,12 +95,14 @@ def main():
     ap = target_parser(__doc__.splitlines()[0])
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dropout", action="store_true")
+    ap.add_argument("--window", action="store_true", help="kernels for a sliding window")
     args = ap.parse_args()
-    result = report(args.arch, args.head_dim, args.causal, args.dropout)
+    result = report(args.arch, args.head_dim, args.causal, args.dropout, args.window)
     if args.json:
         print(json.dumps(result))
         return
     flags = (", causal" if args.causal else "") + (", dropout" if args.dropout else "")
+    flags += ", sliding window" if args.window else ""
     print(f"sm_{args.arch}, head dim {args.head_dim}{flags}: "
           "instructions per iteration of each matmul loop")
     for name, r in result.items():

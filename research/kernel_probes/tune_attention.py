@@ -2,7 +2,8 @@
 
 Usage: python research/kernel_probes/tune_attention.py OUT_DIR [--seqlen 4096] [--head-dims 64,128]
                                          [--kinds fwd,dkdv,dq,dkdv_atomic] [--causal 0,1]
-                                         [--butterfly K | --layout JSON] [--dropout P]
+                                         [--butterfly K | --layout JSON | --window W]
+                                         [--dropout P]
                                          [--batch B] [--heads H]
                                          [--tma | --loads ptr,tma,host] [--max-tiles N]
                                          [--rounds R]
@@ -10,7 +11,9 @@ Shapes default to batch x seqlen = 16K tokens and heads x head_dim = 2048 (the b
 --batch and --heads set them (GPT-2 small: --batch 16 --heads 12 --seqlen 1024).
 --butterfly K times the block-sparse kernels over a butterfly layout of K factors at 128-token
 blocks (tiles then fit in the layout's blocks); --layout over any kernels.layouts.LayoutSpec,
-given as JSON of its fields (block_size 128 unless named); --dropout P times them with dropout (one seed);
+given as JSON of its fields (block_size 128 unless named); --window W times the dense kernels with a
+sliding window of W keys each side (TFLOP/s on the kept pairs); --dropout P times them with
+dropout (one seed);
 --tma loads the swept kernels' streamed tiles through TMA descriptors that each program makes (the
 reference configs stay on pointer loads); --loads sweeps every tile in each listed way: ptr
 (pointer loads), tma (per-program descriptors), host (the launcher's descriptors).
@@ -30,6 +33,7 @@ import triton
 from kernels import BlockSparseIndex, tuning
 from kernels.attention_launch import AttentionProblem, backward, forward
 from kernels.layouts import LayoutSpec
+from fa_train.bench.attention import window_density
 from fa_train.metrics.flops import attention_flops
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); the first of each list is the reference
@@ -79,6 +83,8 @@ def main():
     ap.add_argument("--layout", type=json.loads, default=None,
                     help='LayoutSpec fields as JSON, e.g. \'{"n_factors": 2, "local_window": 1}\'')
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
+    ap.add_argument("--window", type=int, default=0,
+                    help="sliding window, keys each side of the diagonal (0: none)")
     ap.add_argument("--batch", type=int, default=0, help="batch size (0: 16K tokens / seqlen)")
     ap.add_argument("--heads", type=int, default=0, help="heads (0: 2048 / head dim)")
     ap.add_argument("--tma", action="store_true", help="same as --loads tma")
@@ -89,6 +95,8 @@ def main():
     args = ap.parse_args()
     if args.tma:
         args.loads = "tma"
+    if args.window and (args.butterfly or args.layout is not None):
+        ap.error("--window times the dense kernels: give it without --butterfly and --layout")
     if args.butterfly and args.layout is not None:
         ap.error("give --butterfly or --layout, not both")
     spec = None
@@ -119,8 +127,12 @@ def main():
                                                       q.device)
                 density = layout.float().mean().item()
             seed = torch.tensor([1234], device="cuda", dtype=torch.int64)
+            window = (args.window, args.window) if args.window else (-1, -1)
+            if args.window:
+                density = window_density(n, args.window, causal) / (0.5 if causal else 1.0)
             prob = AttentionProblem(q, k, sm_scale=d ** -0.5, causal=causal,
-                                    dropout_p=args.dropout, seed=seed, sparse=sparse)
+                                    dropout_p=args.dropout, seed=seed, sparse=sparse,
+                                    window=window)
             ref_o, ref_lse = forward(q, k, v, prob, cfg(FWD[0]))
             ref_g = backward(do, q, k, v, ref_o, ref_lse, prob, configs=(cfg(DKDV[0]), cfg(DQ[0])))
             fl_f = density * attention_flops(batch, n, n, heads, d, causal, "fwd")
@@ -163,7 +175,7 @@ def main():
             qt, kt, vt = [x.transpose(1, 2) for x in (q, k, v)]
             from torch.nn.attention import SDPBackend, sdpa_kernel
             peers = (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION))
-            for name, be in peers if spec is None else ():
+            for name, be in peers if spec is None and not args.window else ():
                 with sdpa_kernel(be):
                     f = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                     ms = bench(f)
@@ -182,6 +194,7 @@ def main():
             (out_dir / "tune.json").write_text(json.dumps(dict(
                 device=torch.cuda.get_device_name(), seqlen=n, batch=args.batch, heads=args.heads,
                 butterfly=args.butterfly, layout=asdict(spec) if spec else None,
+                window=args.window or None,
                 dropout=args.dropout, loads=args.loads,
                 rounds=args.rounds, rows=rows), indent=1))
 

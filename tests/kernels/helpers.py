@@ -2,7 +2,7 @@
 import torch
 
 from kernels import attention_launch
-from kernels import reference_attention, tuning
+from kernels import dropout_mask, reference_attention, tuning
 
 
 def rel_err(x, ref):
@@ -46,6 +46,26 @@ def assert_close_to_reference(out, grads, ref_out, ref_grads, tol):
     for name, g, rg in zip("qkv", grads, ref_grads):
         assert torch.isfinite(g).all(), f"d{name} has NaN/inf"
         assert rel_err(g, rg) < tol, f"d{name} rel err {rel_err(g, rg):.2e}"
+
+
+def assert_varlen_matches_reference(out, grads, grad_out, tensors, cu, tol, dropout_p=0.0,
+                                    seed=None, **kwargs):
+    """A packed variable-length call's output and gradients against the float64 reference of
+    each sequence alone; with dropout, the mask that `seed` gives sequence b is that of heads
+    b*H .. b*H+H-1 of one Philox stream."""
+    heads = tensors[0].shape[1]
+    for b in range(cu.numel() - 1):
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        n = rows.stop - rows.start
+        keep = None
+        if dropout_p:
+            keep = dropout_mask(b + 1, heads, n, n, dropout_p, seed, cu.device)[b:b + 1]
+        part = [t.detach()[rows][None] for t in tensors]
+        ref, ref_grads = reference_with_grads(part, grad_out[rows][None], dropout_mask=keep,
+                                              dropout_p=dropout_p, **kwargs)
+        assert rel_err(out[rows], ref[0]) < tol
+        for grad, ref_grad in zip(grads, ref_grads):
+            assert rel_err(grad[rows], ref_grad[0]) < tol
 
 
 def backward_path(monkeypatch, deterministic):

@@ -9,9 +9,9 @@ from kernels import flash_attn as fa
 from kernels import tuning
 from kernels import (dropout_mask, flash_attn_func, flash_attn_varlen_func, next_dropout_seed,
                      reference_attention)
-from tests.kernels.helpers import (assert_close_to_reference, backward_path, loads_in_every_mode,
-                                   qkv, record_launches, reference_with_grads, rel_err,
-                                   run_with_grads)
+from tests.kernels.helpers import (assert_close_to_reference, assert_varlen_matches_reference,
+                                   backward_path, loads_in_every_mode, qkv, record_launches,
+                                   reference_with_grads, rel_err, run_with_grads)
 
 TOL32 = 1e-4  # float32 inputs: interpreter dots are exact float32
 
@@ -102,18 +102,8 @@ def test_varlen_matches_per_sequence_reference(causal, dropout_p, deterministic,
                                                dropout_p=dropout_p, causal=causal,
                                                deterministic=deterministic), tensors)
     torch.set_rng_state(state)
-    seed = next_dropout_seed()
-    for b, n in enumerate(lengths):
-        rows = slice(int(cu[b]), int(cu[b + 1]))
-        keep = None
-        if dropout_p:  # sequence b uses heads b*H .. b*H+H-1 of the same Philox stream
-            keep = dropout_mask(b + 1, heads, n, n, dropout_p, seed, "cpu")[b:b + 1]
-        part = [t.detach()[rows][None] for t in tensors]
-        ref, ref_grads = reference_with_grads(part, g[rows][None], causal=causal,
-                                              dropout_mask=keep, dropout_p=dropout_p)
-        assert rel_err(out[rows], ref[0]) < TOL32
-        for grad, ref_grad in zip(grads, ref_grads):
-            assert rel_err(grad[rows], ref_grad[0]) < TOL32
+    assert_varlen_matches_reference(out, grads, g, tensors, cu, TOL32, dropout_p,
+                                    next_dropout_seed(), causal=causal)
 
 
 @pytest.mark.parametrize("causal,padding,dropout_p,deterministic", [

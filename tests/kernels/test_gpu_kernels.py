@@ -93,7 +93,8 @@ def test_varlen():
         assert rel_err(out[rows], ref[0]) < 1e-2
 
 
-def test_backward_race_check_100_runs():
+@pytest.mark.parametrize("window", [(-1, -1), (256, 256)])  # dense, sliding window
+def test_backward_race_check_100_runs(window):
     torch.manual_seed(3)
     q, k, v = _inputs(2, 2048, 8, 2, 64, torch.bfloat16)
     g = torch.randn_like(q)
@@ -101,7 +102,7 @@ def test_backward_race_check_100_runs():
     for _ in range(100):
         for t in (q, k, v):
             t.grad = None
-        flash_attn_func(q, k, v, causal=True, deterministic=True).backward(g)
+        flash_attn_func(q, k, v, causal=True, deterministic=True, window_size=window).backward(g)
         grads = [t.grad.clone() for t in (q, k, v)]
         if first is None:
             first = grads

@@ -1,4 +1,5 @@
 """`fa-repro results`: README.md's glance table and RESULTS.md, rendered from the result files."""
+import json
 import shutil
 
 import pytest
@@ -45,3 +46,23 @@ def test_glance_has_one_row_per_recipe_with_the_papers_number():
         paper = table["rows"][spec["paper"]["row"]][list(table["columns"]).index(spec["paper"]["column"])]
         assert f"{spec['paper']['row']}, {spec['paper']['column']}: {paper}" in row
         assert f"reports/{recipe.name}/" in row or "not run yet" in row
+
+
+def test_glance_skips_a_larger_scale_whose_cell_has_no_value(mini_recipe, tmp_path, monkeypatch):
+    """A full scale with only paused runs does not hide the gpu scale's finished number."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    cell = {"row": "Baseline", "column": "ppl"}
+    mini_recipe.data["report"]["glance"] = {"paper": cell, "ours": cell}
+    entry = {"kind": "train", "run_dir": "base", "metrics": {"val/ppl": 30.0, "global_step": 9}}
+    for scale, status in (("full", "paused"), ("gpu", "ok")):
+        out = tmp_path / "reports" / "mini" / scale
+        out.mkdir(parents=True)
+        (out / "results.json").write_text(json.dumps(
+            {"host": {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB"]}, "updated": "2026-01-02",
+             "runs": {"base": dict(entry, status=status)}}))
+    row = results._glance_row(mini_recipe)
+    assert "reports/mini/gpu/report.md" in row and ": 30" in row
+    (tmp_path / "reports" / "mini" / "gpu" / "results.json").unlink()
+    row = results._glance_row(mini_recipe)
+    assert "reports/mini/full/report.md" in row and "paused" in row
