@@ -39,6 +39,8 @@ uint16 memmaps, the tokenizer and the manifests) and restore them there (seconds
   here:   fa-data corpus --preset large --cache-dir .cache --num-proc 2 --pack .cache/packs/corpus-large
   there:  fa-data corpus --preset large --cache-dir .cache --from-pack .cache/packs/corpus-large
           fa-train experiment=gpt2/small-flash data=lm_large ...   (paths.cache_dir: .cache, the default)
+The restore also writes the corpus text back from the tokens (GPT-2's BPE decodes exactly), so BERT's
+masked-LM data (data=mlm_large) is prepared there too.
 """
 
 # the smallest valid value of each integer option, in whichever subcommand has it
@@ -64,7 +66,7 @@ def _corpus(args) -> int:
     import json
 
     from fa_train.data import corpus_tokens
-    from fa_train.data.corpus import prepare_preset
+    from fa_train.data.corpus import corpus_ready, prepare_preset
 
     args.tokenizer = args.tokenizer or ("gpt2" if args.preset == "large" else "bpe")
     args.seq_len = args.seq_len or (1024 if args.preset == "large" else 256)
@@ -78,6 +80,11 @@ def _corpus(args) -> int:
         dm.setup()
         manifest = json.loads((lm_dir / "manifest.json").read_text())
         console.print(f"unpacked into {lm_dir}", soft_wrap=True)
+        corpus_dir = Path(args.cache_dir) / "corpus" / args.preset
+        if corpus_ready(corpus_dir, manifest["params"]) is None:
+            corpus_tokens.restore_text(lm_dir, corpus_dir)
+            console.print(f"corpus text (decoded from the tokens, for other tokenizers): {corpus_dir}",
+                          soft_wrap=True)
     else:
         with _stages() as progress:
             t = progress.add_task(f"preparing the {args.preset} corpus (apt-get/pip download, once)", total=1)

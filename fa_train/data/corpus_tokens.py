@@ -8,6 +8,8 @@ A pack is a folder: ``<split>.bin.xz`` (the uint16/uint32 memmaps, xz-compressed
 ``meta.json`` and ``tokenizer.json``, the corpus ``manifest.json``, and ``pack.json`` (the name of the LM
 cache folder and the size and SHA-256 of every unpacked file). `unpack` restores the folder under
 ``<cache_dir>/lm/`` and checks every file before the LM cache counts as complete (``meta.json`` last).
+`restore_text` writes the corpus JSONL back from the tokens, so that a machine holding only the pack
+can prepare other tokenizations of the same documents (BERT's WordPiece for masked-LM training).
 """
 from __future__ import annotations
 
@@ -130,3 +132,36 @@ def unpack(pack_dir: Path, cache_dir: Path) -> Path:
     os.replace(tmp, dest)
     os.replace(held, dest / "meta.json")
     return dest
+
+
+def restore_text(lm_dir: Path, corpus_dir: Path, batch: int = 1024) -> dict[str, Path]:
+    """Write ``<corpus_dir>/<split>.jsonl`` (one document a line, decoded from the tokens of ``lm_dir``
+    with its tokenizer) and the corpus manifest (the packed one, with these files' checksums; written
+    last, so the corpus counts as prepared only when complete); returns {split: path}. Byte-level BPE
+    (GPT-2's) decodes to the original text exactly; documents' paths and sources are not in the tokens
+    and stay empty."""
+    from tokenizers import Tokenizer
+
+    lm_dir, corpus_dir = Path(lm_dir), Path(corpus_dir)
+    meta = json.loads((lm_dir / "meta.json").read_text())
+    manifest = json.loads((lm_dir / "manifest.json").read_text())
+    tok = Tokenizer.from_file(str(lm_dir / "tokenizer.json"))
+    corpus_dir.mkdir(parents=True, exist_ok=True)
+    (corpus_dir / "manifest.json").unlink(missing_ok=True)
+    paths, files = {}, {}
+    for split in SPLITS:
+        tokens = np.fromfile(lm_dir / f"{split}.bin", dtype=meta["dtype"])[:meta["num_tokens"][split]]
+        ends = np.flatnonzero(tokens == meta["eot_id"])
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        paths[split] = corpus_dir / f"{split}.jsonl"
+        tmp = paths[split].with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for i in range(0, len(ends), batch):
+                docs = [tokens[a:b].tolist() for a, b in zip(starts[i:i + batch], ends[i:i + batch])]
+                for text in tok.decode_batch(docs, skip_special_tokens=False):
+                    fh.write(json.dumps({"text": text, "path": "", "source": ""}, ensure_ascii=False) + "\n")
+        os.replace(tmp, paths[split])
+        files[split] = {"bytes": paths[split].stat().st_size, "sha256": file_sha256(paths[split])}
+    manifest.update(files=files, restored_from_tokens=lm_dir.name)
+    (corpus_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return paths

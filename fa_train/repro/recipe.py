@@ -343,6 +343,10 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                 p.append(f"report.tables[{i}].columns: unknown column {col!r}")
             if spec.get("metric") and spec["metric"] not in metric_names:
                 p.append(f"report.tables[{i}].columns.{col}: unknown metric {spec['metric']!r}")
+            if spec.get("derive") == "curve_gap" and (
+                    not spec.get("curve") or spec.get("baseline_row") not in (table.get("rows") or {})):
+                p.append(f"report.tables[{i}].columns.{col}: curve_gap needs `curve` (a metrics.csv "
+                         f"column) and `baseline_row` (a row of this table)")
     for i, plot in enumerate((d["report"] or {}).get("plots") or []):
         for key in ("y",):
             if plot.get(key) and plot[key] not in metric_names and plot.get("type") != "loss":

@@ -16,6 +16,7 @@ Recipe `report:` block::
             ppl: {metric: ppl}
             speedup: {derive: ratio, metric: tokens_per_s, baseline_row: "GPT-2 small · HuggingFace"}
             Avg: {derive: mean, of: [ListOps, Text]}
+            loss gap: {derive: curve_gap, curve: train/loss, baseline_row: "GPT-2 small · HuggingFace"}
           extra_columns: [tokens/s]         # ours only; their spec is under `columns`
       plots:
         - {type: loss, title: ..., runs: [...]}                          # metrics.csv curves
@@ -146,6 +147,14 @@ class Ours:
         return next(((x, "") for x, y in zip(xs, ys) if y >= float(reach["at_least"])),
                     (None, "not reached"))
 
+    def curve(self, run: str, key: str, x_key: str = "step") -> dict[float, float]:
+        """{x: value} of column `key` of the run's metrics.csv (empty unless the run is ok)."""
+        entry = self.runs.get(run) or {}
+        if entry.get("status") != "ok":
+            return {}
+        xs, ys = read_loss_csv(self.out_dir / entry.get("run_dir", run) / "metrics.csv", [key], x_key)
+        return dict(zip(xs, ys))
+
     def records(self, run: str) -> list[dict[str, Any]]:
         entry = self.runs.get(run) or {}
         return bench_records(entry.get("metrics") or {}) if entry.get("status") == "ok" else []
@@ -220,6 +229,8 @@ def our_row(ours: Ours, table: dict[str, Any], row: str, columns: list[str],
             values[col] = _ratio(ours, table, row, col, spec, cells, columns)
         elif spec.get("derive") == "record_ratio":
             values[col] = record_ratio(ours, spec)
+        elif spec.get("derive") == "curve_gap":
+            values[col] = _curve_gap(ours, table, row, col, spec, cells, columns)
     for col in columns:
         values.setdefault(col, (None, MISSING))
     rows_cache[row] = values
@@ -245,6 +256,24 @@ def _ratio(ours, table, row, col, spec, cells, columns):
     if not ratios:
         return None, "n/a"
     return sum(ratios) / len(ratios), ""
+
+
+def _curve_gap(ours, table, row, col, spec, cells, columns):
+    """The largest |curve(row) - curve(baseline row)| over the x values (steps by default) that
+    both runs logged: how far apart two runs of the same data order ever were, e.g. in training
+    loss. The baseline row is `baseline_rows[row]`, else `baseline_row`."""
+    mine = cells.get(col)
+    baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
+    base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
+    if not mine or not base:
+        return None, "n/a"
+    x_key = spec.get("x", "step")
+    a, b = ours.curve(mine["run"], spec["curve"], x_key), ours.curve(base["run"], spec["curve"], x_key)
+    common = a.keys() & b.keys()
+    if not common:
+        status = next((ours.status(c["run"]) for c in (mine, base) if ours.status(c["run"]) != "ok"), "ok")
+        return None, "no common points" if status == "ok" else status
+    return max(abs(a[x] - b[x]) for x in common), ""
 
 
 def record_ratio(ours: Ours, spec: dict[str, Any]) -> tuple[float | None, str]:
@@ -339,6 +368,8 @@ def _metric_fmt(recipe: Recipe, spec: dict | None) -> str | None:
         return None
     if spec.get("derive") == "ratio":
         return ".2f"
+    if spec.get("derive") == "curve_gap":
+        return ".3f"
     return recipe.metrics.get(spec.get("metric"), {}).get("fmt")
 
 

@@ -162,11 +162,13 @@ def io_and_blocksparse():
     return lines
 
 
-def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024"):
-    """The runs of a training recipe at the gpu scale: speed, memory and the loss they reached."""
-    path = f"reports/{recipe}/gpu/results.json"
+def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024, 200 (small) / 100 (medium) steps",
+             folder="gpu-200steps"):
+    """The runs of a training recipe's short gpu runs (kept in `folder`): speed, memory and the
+    loss they reached."""
+    path = f"reports/{recipe}/{folder}/results.json"
     data = load(path)
-    lines = ["", f"{what}, bf16, one GPU (recipe {recipe}, scale gpu; `{path}`):", "",
+    lines = ["", f"{what}, bf16, one GPU (recipe {recipe}, earlier short gpu scale; `{path}`):", "",
              "| run | attention | torch.compile | tokens/s | MFU | peak GiB | loss after the run |",
              "|---|---|---|---|---|---|---|"]
     for name, run in data["runs"].items():
@@ -183,10 +185,10 @@ def training(recipe="table2_gpt2", what="GPT-2 training, seq 1024"):
 
 
 def context():
-    path = "reports/table4_gpt2_context/gpu/results.json"
+    path = "reports/table4_gpt2_context/gpu-150steps/results.json"
     data = load(path)
     lines = ["", f"GPT-2 small at longer context, 16K tokens per micro-batch, bf16, all runs compiled "
-             f"(recipe table4_gpt2_context, scale gpu; `{path}`):", "",
+             f"(recipe table4_gpt2_context, earlier short gpu scale; `{path}`):", "",
              "| run | tokens/s | MFU | peak GiB | val ppl after 150 steps |", "|---|---|---|---|---|"]
     for name, run in data["runs"].items():
         m = run.get("metrics") or {}
@@ -312,7 +314,7 @@ def measured_tables() -> list[str]:
     """The full tables of RESULTS.md."""
     return (dense_table() + dense_graph_table() + long_sequences() + figure3() + io_and_blocksparse()
             + training() + bare_model()
-            + training("table1_bert", "BERT-large masked-LM training, seq 512, LAMB, 150 steps")
+            + training("table1_bert", "BERT-large masked-LM training, seq 512, LAMB, 150 steps", "gpu-150steps")
             + context() + context_sweep() + ddp_scaling() + lra())
 
 

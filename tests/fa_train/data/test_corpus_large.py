@@ -11,6 +11,7 @@ import pytest
 
 from fa_train.data import cli, corpus, corpus_large
 from fa_train.data.corpus_large import Source
+from fa_train.data.mlm import MLMDataModule
 from tests.fa_train.data.conftest import FRACTIONS, fake_document
 
 SOURCES = (Source("rst-docs", r"pkg-a", r"docs/.+\.rst", "rst", "MIT"),
@@ -115,6 +116,19 @@ def test_corpus_command_packs_and_restores_the_large_preset(fake_packages, tmp_p
     (src,) = (here / "lm").glob("large-bpe-*")
     assert all((there / "lm" / src.name / f).read_bytes() == (src / f).read_bytes()
                for f in ("train.bin", "validation.bin", "test.bin", "meta.json"))
+    # the text comes back from the tokens: the corpus counts as prepared there (no package is read)
+    # and every document's text is the original
+    assert "corpus text (decoded from the tokens" in out
+    reads = len(fake_packages)
+    restored = corpus_large.prepare_large(there)
+    assert len(fake_packages) == reads
+    original = _rows({s: here / "corpus" / "large" / f"{s}.jsonl" for s in corpus.SPLITS})
+    assert {s: [r["text"] for r in rows] for s, rows in _rows(restored).items()} == \
+        {s: [r["text"] for r in rows] for s, rows in original.items()}
+    mlm = MLMDataModule(source="large", vocab_size=300, seq_len=32, batch_size=2, cache_dir=str(there))
+    mlm.prepare_data()
+    mlm.setup()
+    assert min(mlm.num_examples.values()) > 0 and len(fake_packages) == reads
     assert cli.main([*common, "--tokenizer", "gpt2", "--cache-dir", str(there), "--from-pack", str(pack)]) == 1
     assert "use the options it was packed with" in capsys.readouterr().out
 

@@ -72,6 +72,44 @@ def test_ddp_scaling_runs_one_and_two_processes_of_each_impl():
         assert run.experiment == "gpt2/small" and run.overrides["attention"] == impl
 
 
+def _gpu_configs(name: str) -> dict:
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fa_train.repro.runner import compose_train_config
+    out = {}
+    for run in load_recipe(REPO / f"recipes/{name}.yaml").runs("gpu"):
+        try:
+            out[run.name] = compose_train_config(run, "/tmp/fa-repro-compose")
+        finally:
+            GlobalHydra.instance().clear()
+    return out
+
+
+def _step_tokens(cfg) -> int:
+    return (cfg.global_batch_size or cfg.data.batch_size) * cfg.data.seq_len
+
+
+def _val_interval_tokens(cfg) -> int:  # val_check_interval counts micro-batches
+    return cfg.trainer.val_check_interval * cfg.data.batch_size * cfg.data.seq_len
+
+
+def test_lm_gpu_scales_compare_runs_on_equal_tokens():
+    """The quality protocol of the LM recipes: every run of a recipe sees the same tokens per step,
+    steps and validation interval (in tokens), on the large corpus, validated on the whole split."""
+    for name, impls in (("table4_gpt2_context", None), ("table2_gpt2", {"standard", "flash"}),
+                        ("table1_bert", {"standard", "flash"})):
+        cfgs = _gpu_configs(name)
+        shapes = {(_step_tokens(c), c.trainer.max_steps, _val_interval_tokens(c),
+                   c.seed, c.data.source, c.trainer.limit_val_batches) for c in cfgs.values()}
+        assert len(shapes) == 1 and next(iter(shapes))[4] == "large", (name, shapes)
+        if impls:
+            assert {c.attention.impl for c in cfgs.values()} == impls
+    t4 = _gpu_configs("table4_gpt2_context")
+    assert {c.data.seq_len for c in t4.values()} == {1024, 2048, 4096}
+    assert t4["standard-1k"].attention.impl == "standard" and t4["standard-1k"].data.seq_len == 1024
+    assert all(c.model.dropout == 0.0 for c in _gpu_configs("table2_gpt2").values())
+
+
 def test_every_train_run_composes_at_every_scale():
     """Hydra composes each run's experiment + merged overrides: unknown keys fail here, not on a GPU."""
     from hydra.core.global_hydra import GlobalHydra

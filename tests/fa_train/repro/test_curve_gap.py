@@ -1,0 +1,62 @@
+"""Curve-gap cells: the largest difference of two runs' metrics.csv curves over their common x."""
+import json
+from pathlib import Path
+
+import pytest
+
+from fa_train.repro.recipe import Recipe, load_recipe, validate_recipe
+from fa_train.repro.report import Ours, our_row
+
+GAP = {"derive": "curve_gap", "curve": "train/loss", "baseline_row": "base"}
+TABLE = {"paper_table": "t", "rows": {"base": "a", "other": "b"}, "columns": {"gap": GAP}}
+
+
+def _ours(tmp_path: Path, curves: dict[str, str], status_b: str = "ok") -> Ours:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    recipe = Recipe(tmp_path / "r.yaml", {"name": "r", "metrics": {}, "runs": [{"name": "a"}, {"name": "b"}]})
+    runs = {"a": {"status": "ok", "kind": "train", "run_dir": "a", "metrics": {}},
+            "b": {"status": status_b, "kind": "train", "run_dir": "b", "metrics": {}}}
+    (tmp_path / "results.json").write_text(json.dumps({"runs": runs}))
+    for run, text in curves.items():
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "metrics.csv").write_text(text)
+    return Ours(recipe, tmp_path)
+
+
+def _gap(ours: Ours, row: str = "other"):
+    return our_row(ours, TABLE, row, ["gap"], {})["gap"]
+
+
+def test_largest_difference_over_common_steps_only(tmp_path):
+    ours = _ours(tmp_path, {
+        # step 20 only in a (a huge value that must be ignored); validation rows have no train/loss
+        "a": "step,train/loss,val/loss\n0,10.0,\n10,6.0,\n20,99.0,\n29,,5.0\n30,4.0,\n",
+        "b": "step,train/loss,val/loss\n0,10.0,\n10,6.25,\n29,,9.0\n30,3.9,\n"})
+    value, why = _gap(ours)
+    assert why == "" and value == pytest.approx(0.25)
+    assert _gap(ours, "base") == (0.0, "")
+    table = {**TABLE, "columns": {"gap": {**GAP, "baseline_rows": {"base": "other"}}}}
+    assert our_row(ours, table, "base", ["gap"], {})["gap"][0] == pytest.approx(0.25)
+
+
+def test_other_curves_and_x_columns(tmp_path):
+    ours = _ours(tmp_path, {"a": "step,tokens_seen,val/loss\n99,100,5.0\n199,200,4.0\n",
+                            "b": "step,tokens_seen,val/loss\n99,100,5.5\n199,200,3.0\n"})
+    table = {**TABLE, "columns": {"gap": {**GAP, "curve": "val/loss", "x": "tokens_seen"}}}
+    assert our_row(ours, table, "other", ["gap"], {})["gap"] == (1.0, "")
+
+
+def test_no_common_points_or_run_not_done(tmp_path):
+    ours = _ours(tmp_path / "x", {"a": "step,train/loss\n0,1.0\n", "b": "step,train/loss\n5,1.0\n"})
+    assert _gap(ours) == (None, "no common points")
+    ours = _ours(tmp_path / "y", {"a": "step,train/loss\n0,1.0\n", "b": "step,train/loss\n0,1.0\n"}, "failed")
+    assert _gap(ours) == (None, "failed")
+
+
+def test_recipe_check_names_a_curve_gap_without_its_baseline(tmp_path):
+    recipe = load_recipe("table2_gpt2")
+    data = json.loads(json.dumps(recipe.data))
+    columns = data["report"]["tables"][0]["columns"]
+    columns["max Δ train loss"] = {"derive": "curve_gap", "curve": "train/loss", "baseline_row": "nope"}
+    problems = validate_recipe(Recipe(recipe.path, data))
+    assert any("curve_gap needs" in p for p in problems)
