@@ -336,16 +336,21 @@ def _glance_row(recipe) -> str:
     paper = f"{prow}, {pcol}: {MISSING if pval is None else pval}{_unit(units.get(pcol))}"
     orow, ocol = spec["ours"]["row"], spec["ours"]["column"]
     columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
-    # the largest scale whose cell has a value (a paused or failed run has none), else the
-    # largest scale with results, showing why its cell is empty
+    # The largest scale whose cell has a value (a paused or failed run has none); a scale's
+    # earlier protocols (folders <scale>-*, kept when a recipe's scale was redesigned) come after
+    # it. Without a value anywhere: the largest current scale with results, saying why.
     found = []
+    root = ROOT / "reports" / recipe.name
     for s in SCALE_ORDER:
-        if (ROOT / "reports" / recipe.name / s / "results.json").is_file():
-            ours = Ours(recipe, ROOT / "reports" / recipe.name / s)
-            found.append((s, ours, *our_row(ours, table, orow, columns, {})[ocol]))
-    if not found:
+        for folder in [root / s, *sorted(root.glob(f"{s}-*"))]:
+            if (folder / "results.json").is_file():
+                ours = Ours(recipe, folder)
+                found.append((folder.name, ours, *our_row(ours, table, orow, columns, {})[ocol]))
+    current = [f for f in found if f[0] in SCALE_ORDER]
+    chosen = next((f for f in found if f[2] is not None), current[0] if current else None)
+    if chosen is None:
         return f"| {title} | {paper} | not run yet | {MISSING} | {MISSING} |"
-    scale, ours, value, why = next((f for f in found if f[2] is not None), found[0])
+    scale, ours, value, why = chosen
     col_spec = (table.get("columns") or {}).get(ocol)
     shown = (fmt_value(value, (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec))
              if value is not None else why or MISSING)

@@ -66,3 +66,24 @@ def test_glance_skips_a_larger_scale_whose_cell_has_no_value(mini_recipe, tmp_pa
     (tmp_path / "reports" / "mini" / "gpu" / "results.json").unlink()
     row = results._glance_row(mini_recipe)
     assert "reports/mini/full/report.md" in row and "paused" in row
+
+
+def test_glance_falls_back_to_a_scales_earlier_protocol(mini_recipe, tmp_path, monkeypatch):
+    """A redesigned scale not yet run: the glance shows the kept earlier protocol's number and
+    links its folder; without any value it shows the current scale's status."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    cell = {"row": "Baseline", "column": "ppl"}
+    mini_recipe.data["report"]["glance"] = {"paper": cell, "ours": cell}
+    entry = {"kind": "train", "run_dir": "base", "metrics": {"val/ppl": 30.0, "global_step": 9}}
+    for folder, status in (("gpu", "paused"), ("gpu-100steps", "ok")):
+        out = tmp_path / "reports" / "mini" / folder
+        out.mkdir(parents=True)
+        (out / "results.json").write_text(json.dumps(
+            {"host": {"gpus": ["NVIDIA H100 80GB HBM3"]}, "updated": "2026-01-02",
+             "runs": {"base": dict(entry, status=status)}}))
+    assert "reports/mini/gpu-100steps/report.md" in results._glance_row(mini_recipe)
+    (tmp_path / "reports" / "mini" / "gpu-100steps" / "results.json").write_text(json.dumps(
+        {"runs": {"base": dict(entry, status="failed")}}))
+    row = results._glance_row(mini_recipe)
+    assert "reports/mini/gpu/report.md" in row and "paused" in row
