@@ -336,8 +336,9 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                 run = cell.get("run") if isinstance(cell, dict) else cell
                 if col not in cols:
                     p.append(f"report.tables[{i}].{row}: unknown column {col!r}")
-                if run not in names:
-                    p.append(f"report.tables[{i}].{row}.{col}: unknown run {run!r}")
+                for r in (run if isinstance(run, list) else [run]):   # a list: the seeds' mean
+                    if r not in names:
+                        p.append(f"report.tables[{i}].{row}.{col}: unknown run {r!r}")
         for col, spec in (table.get("columns") or {}).items():
             if col not in cols:
                 p.append(f"report.tables[{i}].columns: unknown column {col!r}")

@@ -196,10 +196,22 @@ def fmt_value(value: Any, fmt: str | None = None) -> str:
 # Tables
 # ------------------------------------------------------------------------------------------------
 def _cells(spec: Any, columns: list[str]) -> dict[str, dict[str, Any]]:
-    """Normalise a report row (a run name, or column -> run / {run, where}) to column -> cell."""
+    """Normalise a report row (a run name, or column -> run / {run, where}) to column -> cell.
+    A cell's run may be a list of runs (seeds): the cell is their mean (`cell_value`)."""
     if isinstance(spec, str):
         return {c: {"run": spec} for c in columns}
     return {c: (v if isinstance(v, dict) else {"run": v}) for c, v in (spec or {}).items()}
+
+
+def cell_value(ours: Ours, cell: dict[str, Any], metric: str) -> tuple[float | None, str]:
+    """(value, text when missing) of a table cell: its run's metric, or for a list of runs (seeds)
+    their mean, given only when every run has the value (else the first missing run's text)."""
+    runs = cell["run"] if isinstance(cell["run"], list) else [cell["run"]]
+    found = [ours.cell(run, metric, cell.get("where")) for run in runs]
+    missing = next((f for f in found if f[0] is None), None)
+    if missing is not None:
+        return missing
+    return sum(v for v, _ in found) / len(found), ""
 
 
 def our_row(ours: Ours, table: dict[str, Any], row: str, columns: list[str],
@@ -218,7 +230,7 @@ def our_row(ours: Ours, table: dict[str, Any], row: str, columns: list[str],
         cell = cells.get(col)
         if spec.get("derive") or not cell or not spec.get("metric"):
             continue
-        values[col] = ours.cell(cell["run"], spec["metric"], cell.get("where"))
+        values[col] = cell_value(ours, cell, spec["metric"])
     for col in columns:
         spec = col_specs.get(col) or {}
         if spec.get("derive") == "mean":
@@ -249,8 +261,8 @@ def _ratio(ours, table, row, col, spec, cells, columns):
         mine, base = cells.get(c), base_cells.get(c)
         if not mine or not base:
             continue
-        a = ours.metric(mine["run"], spec["metric"], mine.get("where"))
-        b = ours.metric(base["run"], spec["metric"], base.get("where"))
+        a = cell_value(ours, mine, spec["metric"])[0]
+        b = cell_value(ours, base, spec["metric"])[0]
         if a and b:
             ratios.append(b / a if spec.get("lower_is_better") else a / b)
     if not ratios:

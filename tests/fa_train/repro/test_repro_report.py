@@ -1,6 +1,7 @@
 """report.md and PNGs rendered from fixture result files (no training)."""
 import json
 
+from fa_train.repro.recipe import validate_recipe
 from fa_train.repro.report import render_report, row_order
 
 
@@ -94,3 +95,19 @@ def test_paused_runs_show_progress_and_curves_so_far(mini_recipe, tmp_path):
     assert "| base | 40 | 100 | 3 | val/loss 9.5 | 2 |" in text
     assert "Runs that did not finish" not in text
     assert (out / "loss.png").stat().st_size > 1000 and "](loss.png)" in text
+
+
+def test_a_cell_of_several_runs_is_their_mean_once_all_are_done(mini_recipe, tmp_path):
+    out = tmp_path / "reports"
+    mini_recipe.data["report"]["tables"][0]["rows"]["Flash"] = {
+        "ppl": ["base", "fast"], "speedup": ["base", "fast"], "tokens/s": ["base", "fast"]}
+    assert validate_recipe(mini_recipe) == []
+    runs = {name: train_entry(name, ppl, tps, None)[0]
+            for name, ppl, tps in (("base", 30.0, 1000.0), ("fast", 31.0, 3000.0))}
+    write_results(out, runs)
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Flash | ours (gpu) | 30.50 | 2.00 | 2,000 |" in text       # means of the two
+    runs["fast"]["status"] = "paused"
+    write_results(out, runs)
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Flash | ours (gpu) | paused | n/a | paused |" in text
