@@ -4,7 +4,7 @@
 time in this process. The checkpoint is written as at any end of training, the test pass is
 skipped and metrics.json records status "paused"; ``resume=<run folder>`` continues at the same step
 and data position. Unlike ``trainer.max_time`` (a cap on the whole run, carried across resumes),
-the pause counts only this process's time: long runs fit machines lent for a few minutes.
+the pause counts only this process's time, so a long run fits GPU jobs of a few minutes each.
 """
 from __future__ import annotations
 
