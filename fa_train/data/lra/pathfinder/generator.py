@@ -13,7 +13,7 @@ import numpy as np
 
 from fa_train.data.lra.pathfinder.params import PathfinderParams
 from fa_train.data.lra.pathfinder.render import bytescale, marker_disk, paste_max
-from fa_train.data.lra.pathfinder.snakes import Snake, place_distractors, place_targets, tables
+from fa_train.data.lra.pathfinder.snakes import Snake, Stacks, answer, place_distractors, place_targets, tables
 
 # bumped whenever the images drawn for a given (params, seed, index) change
 GENERATOR_VERSION = 2
@@ -50,11 +50,48 @@ class LegacyStream:
 
 
 def draw_sample(p: PathfinderParams, rng) -> Sample:
+    return draw_samples(p, [rng])[0]
+
+
+def draw_samples(p: PathfinderParams, rngs, batch: int = 64) -> list[Sample]:
+    """One sample per random stream in `rngs`, each the same as `draw_sample(p, rng)`. Up to
+    `batch` images grow at a time, their fields' requests answered together (see `snakes.answer`)."""
+    rngs = list(rngs)
+    samples: list = [None] * len(rngs)
+    stacks = Stacks(max(1, min(batch, len(rngs))))
+    todo = iter(range(len(rngs)))
+    waiting: dict[int, tuple] = {}  # slot -> (image, its steps, its request)
+
+    def advance(slot: int, i: int, steps, reply) -> None:
+        while True:
+            try:
+                waiting[slot] = (i, steps, steps.send(reply))
+                return
+            except StopIteration as done:
+                samples[i] = done.value
+            i = next(todo, None)
+            if i is None:
+                waiting.pop(slot, None)
+                return
+            steps, reply = _sample_steps(p, rngs[i], stacks, slot), None
+
+    for slot in range(stacks.n):
+        i = next(todo, None)
+        if i is not None:
+            advance(slot, i, _sample_steps(p, rngs[i], stacks, slot), None)
+    while waiting:
+        slots = list(waiting)
+        for slot, reply in zip(slots, answer([waiting[s][2] for s in slots])):
+            advance(slot, waiting[slot][0], waiting[slot][1], reply)
+    return samples
+
+
+def _sample_steps(p: PathfinderParams, rng, stacks: Stacks, slot: int):
     label = int(rng.integers(0, 2))
     margin = p.margins[int(rng.integers(0, len(p.margins)))] if len(p.margins) > 1 else p.margins[0]
     t = tables(p, margin)
-    field, pair, attempts = place_targets(t, rng)
-    distractors = place_distractors(field)
+    field, pair, attempts = yield from place_targets(t, rng, stacks, slot)
+    distractors = yield from place_distractors(field)
     a = int(rng.integers(0, 2))
     return Sample(label, margin, pair, distractors, (a, a if label else 1 - a), attempts)
 
