@@ -108,11 +108,8 @@ class Tables:
         self.ring_flip = [flip(a) for a in self.ring_heading]
         self.ring_flat = self.ring_dy * self.width + self.ring_dx
         disk = disk_offsets(margin)
-        # flat offsets (in the padded mask) of the disk taps around every candidate head
-        self.ring_taps = ((self.ring_dy[:, None] + disk[None, :, 0]) * self.width
-                          + self.ring_dx[:, None] + disk[None, :, 1])
-        reach = L + margin + 1
-        self.central = range(reach, self.R - reach)  # pivots whose whole candidate ring is inside
+        # flat offsets (in the padded mask) of the disk taps (rows) around every candidate head
+        self.disk_ring_taps = ((disk[:, 0, None] + self.ring_dy) * self.width + disk[:, 1, None] + self.ring_dx)
         half = L + int(math.ceil(p.paddle_thickness)) + margin  # every stamp's half size
         span = np.arange(-half, half + 1)
         self.half = half
@@ -205,44 +202,48 @@ class Tables:
         the previous paddle's footprint). Answers: True (added), False (dead end) or, when the
         first draw did not fit, (cumulative mass, candidate ring indices or None for all) for the
         remaining draws."""
-        n, W = len(requests), self.width
+        n, W, R = len(requests), self.width, self.R
         out: list = [False] * n
-        cmfs: list = [None] * n
         pivots = np.array([f.origin + py * W + px for _, f, _, py, px in requests])
-        py = np.array([r[3] for r in requests])
-        px = np.array([r[4] for r in requests])
-        c0, c1 = self.central.start, self.central.stop
-        inner = np.flatnonzero((py >= c0) & (py < c1) & (px >= c0) & (px < c1)).tolist()
-        if len(inner) < n:
-            for i in sorted(set(range(n)) - set(inner)):
-                _, f, s, y, x = requests[i]
-                cmfs[i] = self._edge_ring(f, y, x, s.headings[-1])
-        alive, picks = [], []
-        if inner:
-            rows = [self.weights.row(requests[i][2].headings[-1]) for i in inner]
+        heads_y = np.array([r[3] for r in requests])[:, None] + self.ring_dy
+        heads_x = np.array([r[4] for r in requests])[:, None] + self.ring_dx
+        inside = (heads_y >= 0) & (heads_y < R) & (heads_x >= 0) & (heads_x < R)
+        counts = inside.sum(axis=1)
+        rows = np.array([self.weights.row(r[2].headings[-1]) for r in requests])
+        stack = requests[0][1].stack
+        alive, picks, cmfs = [], [], {}
+        # only candidates inside the image count; requests with as many of them share one array
+        # (a row's sum then adds up exactly as the sum of that row alone)
+        for k in np.unique(counts).tolist():
+            if k == 0:
+                continue
+            which = np.flatnonzero(counts == k)
+            if k == len(self.ring_steps):
+                keep = None
+                taps, weights = self.disk_ring_taps[:, None, :], self.weights.rows[rows[which]]
+            else:
+                keep = np.nonzero(inside[which])[1].reshape(-1, k)  # candidates of each, in order
+                taps, weights = self.disk_ring_taps[:, keep], self.weights.rows[rows[which, None], keep]
             # occupancy dilated by the margin disk at every candidate head, weighted by turn
-            stack = requests[0][1].stack
-            dilated = stack.take(pivots[inner][:, None, None] + self.ring_taps).max(axis=2)
-            pmf = (1 - dilated) * self.weights.rows[rows]
+            dilated = stack.take(pivots[which, None] + taps).max(axis=0)
+            pmf = (1 - dilated) * weights
             total = pmf.sum(axis=1)
             live = total >= MIN_WEIGHT
             cmf = np.cumsum(pmf / np.where(live, total, 1.0)[:, None], axis=1)  # dead ends: unused
             # the first candidate whose cumulative mass exceeds the draw (the first if none does)
-            draws = np.array([requests[i][1].rng.random() if ok else 2.0 for i, ok in zip(inner, live.tolist())])
+            which, live = which.tolist(), live.tolist()
+            draws = np.array([requests[i][1].rng.random() if ok else 2.0 for i, ok in zip(which, live)])
             j = (cmf <= draws[:, None]).sum(axis=1)
-            j[j == cmf.shape[1]] = 0
-            for k, (i, ok, c) in enumerate(zip(inner, live.tolist(), j.tolist())):
+            j[j == k] = 0
+            chosen = j if keep is None else keep[np.arange(len(j)), j]
+            for row, (i, ok, c) in enumerate(zip(which, live, chosen.tolist())):
                 if ok:
-                    cmfs[i] = (cmf[k], None)
+                    cmfs[i] = (cmf[row], None if keep is None else keep[row].tolist())
                     alive.append(i)
                     picks.append(c)
-        for i in range(n):
-            if cmfs[i] is not None and cmfs[i][1] is not None:
-                alive.append(i)
-                picks.append(self.pick(requests[i][1].rng, *cmfs[i]))
         if not alive:
             return out
-        ok = self._fit(requests[0][1].stack, pivots[alive], np.array(picks))
+        ok = self._fit(stack, pivots[alive], np.array(picks))
         grown = []
         for i, c, fits in zip(alive, picks, ok.tolist()):
             if fits:
@@ -266,21 +267,6 @@ class Tables:
         """Candidate `c`'s head around the pivot (py, px)."""
         dy, dx = self.ring_steps[c]
         return py + dy, px + dx
-
-    def _edge_ring(self, f: Field, py: int, px: int, heading: float):
-        """Candidates of a pivot whose ring leaves the image (only those inside count): None at a
-        dead end, else (cumulative mass, their ring indices)."""
-        dy, dx, R = self.ring_dy, self.ring_dx, self.R
-        keep = np.flatnonzero((py + dy >= 0) & (py + dy < R) & (px + dx >= 0) & (px + dx < R))
-        if keep.size == 0:
-            return None
-        row = self.weights.row(heading)  # first: a new row may reallocate `rows`
-        dilated = f.stack.take(self.ring_taps[keep] + (f.origin + py * self.width + px)).max(axis=1)
-        pmf = (1 - dilated) * self.weights.rows[row][keep]
-        total = pmf.sum()
-        if total < MIN_WEIGHT:
-            return None
-        return np.cumsum(pmf / total), keep.tolist()
 
     def fits(self, requests: list[tuple]) -> list[bool]:
         """For each FITS request (kind, field, candidate, py, px): whether the occupancy plus the
