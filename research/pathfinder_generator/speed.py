@@ -1,12 +1,13 @@
 """Pathfinder generator throughput of one process, this checkout against a baseline revision.
 
-    python research/pathfinder_generator/speed.py [--baseline main] [--repeats 3] [--resolutions 32 64]
+    python research/pathfinder_generator/speed.py [--baseline REV] [--repeats 3] [--resolutions 32 64]
 
 At every resolution, times what `fa-data pathfinder` runs per job (`formats._gen_chunk`: draw,
 render, rescale) over images 0..n-1 of stream 0, after a warm-up on another stream that fills the
 per-angle tables; the best of `--repeats` runs over the same images (the machine may be shared).
 The baseline revision is `git archive`d into a temporary folder and timed in its own process, as
-is this checkout. Writes `speed.json` and `speed.md` beside this file (or under `--out`).
+is this checkout. Writes `speed.json` and `speed.md` beside this file (or under `--out`); what
+follows the notes marker in an existing `speed.md` is kept.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 COUNTS = {32: 512, 64: 256, 128: 256, 256: 64}  # 256 at 64/128 px: one whole job of `formats`
+BEFORE = "2ea5393"  # the last generator that grew one image at a time
+NOTES = "<!-- notes: kept when the table above is rewritten -->"
 
 
 def measure(resolution: int, n: int, repeats: int) -> dict:
@@ -71,7 +74,7 @@ def _commit(rev: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--baseline", default="main", help="git revision to compare with")
+    ap.add_argument("--baseline", default=BEFORE, help="git revision to compare with")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--resolutions", type=int, nargs="+", default=list(COUNTS), choices=list(COUNTS))
     ap.add_argument("--out", default=str(HERE))
@@ -91,7 +94,9 @@ def main(argv=None) -> int:
             print(r, res["runs"][str(r)], flush=True)
     out = Path(a.out)
     (out / "speed.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / "speed.md").write_text(render_markdown(res))
+    md = out / "speed.md"
+    notes = md.read_text().partition(NOTES)[2] if md.is_file() else ""
+    md.write_text(render_markdown(res) + (f"\n{NOTES}{notes}" if notes else ""))
     return 0
 
 

@@ -2,7 +2,9 @@
 
 Every image is a pure function of (params, seed, index): `numpy.random.default_rng([seed, index])`.
 `draw_sample` also takes any object with `integers(low, high)` and `random()`, so the original
-generator's own random stream can be replayed (see `LegacyStream`).
+generator's own random stream can be replayed (see `LegacyStream`). `draw_samples` draws many
+images at once, each exactly as `draw_sample` would, sharing the array work (use it for bulk
+generation: one image alone pays the batching overhead).
 """
 from __future__ import annotations
 

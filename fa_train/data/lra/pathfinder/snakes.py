@@ -20,6 +20,12 @@ touch. Distractors are grown one at a time (5 attempts each), never backtracking
 
 `rng` needs `integers(low, high)` and `random()` (a numpy Generator; a RandomState adapter gives
 the original's exact stream).
+
+Many images grow side by side, each on its own slot of a shared mask stack (`Stacks`): the
+growth methods are generators that yield GROW / FITS requests, and `answer` serves the pending
+requests of every image at once (ranking the candidates, drawing, testing the fit and adding the
+paddle in a few array operations per batch). Each image still makes exactly its own draws in its
+own order, so a batch draws bit for bit what each image draws alone.
 """
 from __future__ import annotations
 
