@@ -83,3 +83,10 @@ def test_written_shards_match_the_recorded_bytes(tmp_path):
     pf.generate_pathfinder(tmp_path, 64, "hard", 4, seed=7, progress=False)
     imgs, labels = pf.load_pathfinder(tmp_path, resolution=64)
     assert _digest(zip(imgs, labels)) == PINNED[(64, "hard", 7, 4)]
+
+
+def test_draw_samples_rejects_a_bad_batch():
+    p = pf.pathfinder_params(32)
+    assert gen.draw_samples(p, []) == []
+    with pytest.raises(ValueError, match="^batch must be a whole number >= 1, got 0$"):
+        gen.draw_samples(p, [np.random.default_rng(0)], batch=0)

@@ -16,6 +16,7 @@ import numpy as np
 from fa_train.data.lra.pathfinder.params import PathfinderParams
 from fa_train.data.lra.pathfinder.render import bytescale, marker_disk, paste_max
 from fa_train.data.lra.pathfinder.snakes import Snake, Stacks, answer, place_distractors, place_targets, tables
+from fa_train.errors import UserError
 
 # bumped whenever the images drawn for a given (params, seed, index) change
 GENERATOR_VERSION = 2
@@ -58,9 +59,11 @@ def draw_sample(p: PathfinderParams, rng) -> Sample:
 def draw_samples(p: PathfinderParams, rngs, batch: int = 64) -> list[Sample]:
     """One sample per random stream in `rngs`, each the same as `draw_sample(p, rng)`. Up to
     `batch` images grow at a time, their fields' requests answered together (see `snakes.answer`)."""
+    if not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise UserError(f"batch must be a whole number >= 1, got {batch!r}")
     rngs = list(rngs)
     samples: list = [None] * len(rngs)
-    stacks = Stacks(max(1, min(batch, len(rngs))))
+    stacks = Stacks(max(1, min(int(batch), len(rngs))))
     todo = iter(range(len(rngs)))
     waiting: dict[int, tuple] = {}  # slot -> (image, its steps, its request)
 

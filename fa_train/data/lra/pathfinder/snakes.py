@@ -116,9 +116,8 @@ class Tables:
         disk = disk_offsets(margin)
         # flat offsets (in the padded mask) of the disk taps (rows) around every candidate head
         self.disk_ring_taps = ((disk[:, 0, None] + self.ring_dy) * self.width + disk[:, 1, None] + self.ring_dx)
-        half = L + int(math.ceil(p.paddle_thickness)) + margin  # every stamp's half size
-        span = np.arange(-half, half + 1)
-        self.half = half
+        self.half = L + int(math.ceil(p.paddle_thickness)) + margin  # every stamp's half size
+        span = np.arange(-self.half, self.half + 1)
         self.stamp_taps = (span[:, None] * self.width + span[None, :]).reshape(-1)
         self._stamps: dict[float, Stamp] = {}
         self.weights = RowTable(len(self.ring_steps), self.turn_weights)
@@ -128,7 +127,7 @@ class Tables:
         # with the head pixel and a footprint of 0
         masks = [self.stamp(a).mask.reshape(-1) for a in self.ring_flip]
         cores = [np.flatnonzero(1.0 + m >= ACCEPT_BELOW) for m in masks]
-        self.core_taps = np.repeat(self.ring_flat[:, None], max(map(len, cores)), axis=1)
+        self.core_taps = np.repeat(self.ring_flat[:, None], max(1, *map(len, cores)), axis=1)
         self.core_vals = np.zeros(self.core_taps.shape)
         for c, (core, m) in enumerate(zip(cores, masks)):
             self.core_taps[c, :len(core)] += self.stamp_taps[core]
