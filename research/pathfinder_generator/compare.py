@@ -42,8 +42,7 @@ SPEED_COUNTS = {32: 200, 64: 64, 128: 64, 256: 16}
 def ours(p, seed: int, n: int) -> dict[str, np.ndarray]:
     rec: dict[str, list] = {k: [] for k in ("images", "labels", "targets", "distractors", "markers",
                                             "placed", "turns", "turn_counts")}
-    for i in range(n):
-        img, label, info = gen.generate_image(p, seed, i, return_info=True)
+    for img, label, info in gen.generate_images(p, seed, range(n), return_info=True):
         turns = snake_turns(list(info["targets"]) + list(info["distractors"]))
         rec["images"].append(img)
         rec["labels"].append(label)
@@ -178,8 +177,8 @@ def render_markdown(res: dict) -> str:
                       "shared machine):", "", "| resolution | images/CPU-s | images/wall-s |", "|---|---|---|"]
         for r, v in res["speed"].items():
             lines.append(f"| {r} | {v['per_cpu_s']} | {v['per_wall_s']} |")
-    lines += ["", "Speed against the one-image-at-a-time generator, profile and floor: [speed.md](speed.md) "
-                  "(tables written by `speed.py`)."]
+    lines += ["", "Speed against the one-image-at-a-time generator, profile and floor: "
+                  "[speed.md](speed.md) (tables written by `speed.py`)."]
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from fa_train.data.lra.pathfinder.params import PathfinderParams
 from fa_train.data.lra.pathfinder.render import bytescale, marker_disk, paste_max
-from fa_train.data.lra.pathfinder.snakes import Snake, Stacks, answer, place_distractors, place_targets, tables
+from fa_train.data.lra.pathfinder.snakes import (Snake, Stacks, answer, place_distractors, place_targets,
+                                                 tables)
 from fa_train.errors import UserError
 
 # bumped whenever the images drawn for a given (params, seed, index) change
@@ -130,12 +131,19 @@ def compose(layers: dict[str, np.ndarray]) -> np.ndarray:
 def generate_image(params: PathfinderParams, seed: int, index: int, return_info: bool = False):
     """Image `index` of the stream `seed`: (uint8 (R, R) image, label) and, with `return_info`,
     a dict with the snakes, markers, float layers and counts (for tests and comparisons)."""
-    sample = draw_sample(params, np.random.default_rng([int(seed), int(index)]))
-    layers = render_layers(params, sample)
-    image = compose(layers)
-    if not return_info:
-        return image, sample.label
-    return image, sample.label, sample_info(params, sample, layers)
+    return generate_images(params, seed, [index], return_info)[0]
+
+
+def generate_images(params: PathfinderParams, seed: int, indices, return_info: bool = False) -> list[tuple]:
+    """`generate_image` for each of `indices`, the images grown together (`draw_samples`)."""
+    samples = draw_samples(params, [np.random.default_rng([int(seed), int(i)]) for i in indices])
+    out = []
+    for sample in samples:
+        layers = render_layers(params, sample)
+        image = compose(layers)
+        out.append((image, sample.label, sample_info(params, sample, layers)) if return_info
+                   else (image, sample.label))
+    return out
 
 
 def sample_info(p: PathfinderParams, sample: Sample, layers: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -115,7 +115,7 @@ class Tables:
         self.ring_flat = self.ring_dy * self.width + self.ring_dx
         disk = disk_offsets(margin)
         # flat offsets (in the padded mask) of the disk taps (rows) around every candidate head
-        self.disk_ring_taps = ((disk[:, 0, None] + self.ring_dy) * self.width + disk[:, 1, None] + self.ring_dx)
+        self.disk_ring_taps = (disk[:, 0, None] + self.ring_dy) * self.width + disk[:, 1, None] + self.ring_dx
         self.half = L + int(math.ceil(p.paddle_thickness)) + margin  # every stamp's half size
         span = np.arange(-self.half, self.half + 1)
         self.stamp_taps = (span[:, None] * self.width + span[None, :]).reshape(-1)
