@@ -12,7 +12,7 @@ drewlinsley/pathfinder, never committed; needs OpenCV), `n` images of the origin
   `--replay` indices, counted bit-identical images;
 - a small CNN trained on `--n-train` images of each generator and tested on the next `--n-test`
   (and across generators);
-- our throughput at every resolution (`--speed`).
+- our throughput at every resolution (`--speed`; `speed.py` compares it with an earlier revision).
 Writes `results.json` and `results.md` beside this file (or under `--out`).
 """
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +34,15 @@ sys.path.insert(0, str(HERE.parents[1]))
 from fa_train.data.lra.pathfinder import generator as gen  # noqa: E402
 from fa_train.data.lra.pathfinder.params import RESOLUTIONS, pathfinder_params  # noqa: E402
 from fa_train.data.lra.pathfinder.stats import SCALARS, measure, snake_turns, summarize  # noqa: E402
+from speed import measure as throughput  # noqa: E402  (beside this file)
 
-SPEED_COUNTS = {32: 200, 64: 20, 128: 10, 256: 10}
+SPEED_COUNTS = {32: 200, 64: 64, 128: 64, 256: 16}
 
 
 def ours(p, seed: int, n: int) -> dict[str, np.ndarray]:
     rec: dict[str, list] = {k: [] for k in ("images", "labels", "targets", "distractors", "markers",
                                             "placed", "turns", "turn_counts")}
-    for i in range(n):
-        img, label, info = gen.generate_image(p, seed, i, return_info=True)
+    for img, label, info in gen.generate_images(p, seed, range(n), return_info=True):
         turns = snake_turns(list(info["targets"]) + list(info["distractors"]))
         rec["images"].append(img)
         rec["labels"].append(label)
@@ -97,19 +96,9 @@ def replay(rec: dict[str, np.ndarray], p, count: int) -> dict:
     return {"images": count, "bit_identical": same}
 
 
-def speed(seed: int) -> dict:
+def speed() -> dict:
     """Images per CPU-second of one process (and per wall second) at every resolution."""
-    out = {}
-    for r in RESOLUTIONS:
-        p = pathfinder_params(r)
-        gen.generate_image(p, seed, 10 ** 6)  # warm the per-angle caches
-        n = SPEED_COUNTS[r]
-        c0, w0 = time.process_time(), time.perf_counter()
-        for i in range(n):
-            gen.generate_image(p, seed, i)
-        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-        out[str(r)] = {"images": n, "per_cpu_s": round(n / cpu, 2), "per_wall_s": round(n / wall, 2)}
-    return out
+    return {str(r): throughput(r, SPEED_COUNTS[r], repeats=1) for r in RESOLUTIONS}
 
 
 def cnn_accuracy(train: tuple[np.ndarray, np.ndarray], tests: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -188,6 +177,8 @@ def render_markdown(res: dict) -> str:
                       "shared machine):", "", "| resolution | images/CPU-s | images/wall-s |", "|---|---|---|"]
         for r, v in res["speed"].items():
             lines.append(f"| {r} | {v['per_cpu_s']} | {v['per_wall_s']} |")
+    lines += ["", "Speed against the one-image-at-a-time generator, profile and floor: "
+                  "[speed.md](speed.md) (tables written by `speed.py`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -245,7 +236,7 @@ def main(argv=None) -> int:
             runs += [{"train": train_name, "test": k, "accuracy": v} for k, v in acc.items()]
         res["cnn"] = {"epochs": a.epochs, "n_train": a.n_train, "n_test": a.n - a.n_train, "runs": runs}
     if a.speed:
-        res["speed"] = speed(a.seed)
+        res["speed"] = speed()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")

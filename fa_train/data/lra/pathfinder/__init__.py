@@ -4,7 +4,7 @@ draws what the original generator draws, its on-disk formats and a loader.
 - `params`: one parameter set per resolution (`pathfinder_params`);
 - `snakes`: growing target and distractor snakes on an occupancy mask (the geometry);
 - `render`: paddles and markers drawn at 2x and Lanczos-downsampled, byte rescaling;
-- `generator`: one image from (params, seed, index);
+- `generator`: one image from (params, seed, index), or many grown together;
 - `formats`: `.npy` shards or the released `imgs/`/`metadata/` layout, `generator.json`;
 - `dataset`: reading either layout, deterministic splits;
 - `cli`: `fa-data pathfinder`.
@@ -13,11 +13,12 @@ from fa_train.data.lra.pathfinder.cli import register_cli, write_montage
 from fa_train.data.lra.pathfinder.dataset import (PathfinderImages, find_level, load_pathfinder,
                                                   split_indices)
 from fa_train.data.lra.pathfinder.formats import generate_pathfinder, level_dir
-from fa_train.data.lra.pathfinder.generator import GENERATOR_VERSION, draw_sample, generate_image
+from fa_train.data.lra.pathfinder.generator import (GENERATOR_VERSION, draw_sample, draw_samples,
+                                                    generate_image, generate_images)
 from fa_train.data.lra.pathfinder.params import (DIFFICULTIES, PRESETS, RESOLUTIONS, PathfinderParams,
                                                  pathfinder_params)
 
 __all__ = ["DIFFICULTIES", "GENERATOR_VERSION", "PRESETS", "RESOLUTIONS", "PathfinderImages", "PathfinderParams",
-           "draw_sample", "find_level", "generate_image", "generate_pathfinder",
-           "level_dir", "load_pathfinder", "pathfinder_params", "register_cli", "split_indices",
-           "write_montage"]
+           "draw_sample", "draw_samples", "find_level", "generate_image", "generate_images",
+           "generate_pathfinder", "level_dir", "load_pathfinder", "pathfinder_params", "register_cli",
+           "split_indices", "write_montage"]

@@ -18,11 +18,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from fa_train.data.lra.pathfinder.generator import GENERATOR_VERSION, compose, draw_sample, render_layers
+from fa_train.data.lra.pathfinder.generator import GENERATOR_VERSION, compose, draw_samples, render_layers
 from fa_train.data.lra.pathfinder.params import PathfinderParams, pathfinder_params
 from fa_train.errors import UserError
 
 FORMATS = ("npy", "png")
+CHUNK = 256  # images per job: a job grows up to 64 at a time (`draw_samples`)
 
 
 def level_dir(root: str | os.PathLike, resolution: int, contour_length: int) -> Path:
@@ -37,12 +38,9 @@ def _positive(name: str, value: int) -> int:
 
 def _gen_chunk(job) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
     params, seed, start, stop = job
-    imgs, labels, margins = [], [], []
-    for i in range(start, stop):
-        sample = draw_sample(params, np.random.default_rng([int(seed), int(i)]))
-        imgs.append(compose(render_layers(params, sample)))
-        labels.append(sample.label)
-        margins.append(sample.margin)
+    samples = draw_samples(params, [np.random.default_rng([int(seed), i]) for i in range(start, stop)])
+    imgs = [compose(render_layers(params, s)) for s in samples]
+    labels, margins = [s.label for s in samples], [s.margin for s in samples]
     return start, np.stack(imgs), np.asarray(labels, np.uint8), np.asarray(margins, np.uint8)
 
 
@@ -122,7 +120,7 @@ def generate_pathfinder(out: str | os.PathLike, resolution: int = 32, difficulty
     base = level_dir(out, resolution, params.contour_length)
     base.mkdir(parents=True, exist_ok=True)
     writer = _ShardWriter(base, shard_size) if fmt == "npy" else _ReleaseWriter(base, params, per_dir)
-    chunk = max(1, min(64 if resolution <= 64 else 8, -(-n // workers)))
+    chunk = max(1, min(CHUNK, -(-n // workers)))
     positives, t0 = 0, time.perf_counter()
     prog = _progress(n, resolution, difficulty) if progress else None
     try:

@@ -2,7 +2,9 @@
 
 Every image is a pure function of (params, seed, index): `numpy.random.default_rng([seed, index])`.
 `draw_sample` also takes any object with `integers(low, high)` and `random()`, so the original
-generator's own random stream can be replayed (see `LegacyStream`).
+generator's own random stream can be replayed (see `LegacyStream`). `draw_samples` draws many
+images at once, each exactly as `draw_sample` would, sharing the array work (use it for bulk
+generation: one image alone pays the batching overhead).
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import numpy as np
 
 from fa_train.data.lra.pathfinder.params import PathfinderParams
 from fa_train.data.lra.pathfinder.render import bytescale, marker_disk, paste_max
-from fa_train.data.lra.pathfinder.snakes import Snake, place_distractors, place_targets, tables
+from fa_train.data.lra.pathfinder.snakes import (Snake, Stacks, answer, place_distractors, place_targets,
+                                                 tables)
+from fa_train.errors import UserError
 
 # bumped whenever the images drawn for a given (params, seed, index) change
 GENERATOR_VERSION = 2
@@ -50,11 +54,50 @@ class LegacyStream:
 
 
 def draw_sample(p: PathfinderParams, rng) -> Sample:
+    return draw_samples(p, [rng])[0]
+
+
+def draw_samples(p: PathfinderParams, rngs, batch: int = 64) -> list[Sample]:
+    """One sample per random stream in `rngs`, each the same as `draw_sample(p, rng)`. Up to
+    `batch` images grow at a time, their fields' requests answered together (see `snakes.answer`)."""
+    if not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise UserError(f"batch must be a whole number >= 1, got {batch!r}")
+    rngs = list(rngs)
+    samples: list = [None] * len(rngs)
+    stacks = Stacks(max(1, min(int(batch), len(rngs))))
+    todo = iter(range(len(rngs)))
+    waiting: dict[int, tuple] = {}  # slot -> (image, its steps, its request)
+
+    def advance(slot: int, i: int, steps, reply) -> None:
+        while True:
+            try:
+                waiting[slot] = (i, steps, steps.send(reply))
+                return
+            except StopIteration as done:
+                samples[i] = done.value
+            i = next(todo, None)
+            if i is None:
+                waiting.pop(slot, None)
+                return
+            steps, reply = _sample_steps(p, rngs[i], stacks, slot), None
+
+    for slot in range(stacks.n):
+        i = next(todo, None)
+        if i is not None:
+            advance(slot, i, _sample_steps(p, rngs[i], stacks, slot), None)
+    while waiting:
+        slots = list(waiting)
+        for slot, reply in zip(slots, answer([waiting[s][2] for s in slots])):
+            advance(slot, waiting[slot][0], waiting[slot][1], reply)
+    return samples
+
+
+def _sample_steps(p: PathfinderParams, rng, stacks: Stacks, slot: int):
     label = int(rng.integers(0, 2))
     margin = p.margins[int(rng.integers(0, len(p.margins)))] if len(p.margins) > 1 else p.margins[0]
     t = tables(p, margin)
-    field, pair, attempts = place_targets(t, rng)
-    distractors = place_distractors(field)
+    field, pair, attempts = yield from place_targets(t, rng, stacks, slot)
+    distractors = yield from place_distractors(field)
     a = int(rng.integers(0, 2))
     return Sample(label, margin, pair, distractors, (a, a if label else 1 - a), attempts)
 
@@ -88,12 +131,19 @@ def compose(layers: dict[str, np.ndarray]) -> np.ndarray:
 def generate_image(params: PathfinderParams, seed: int, index: int, return_info: bool = False):
     """Image `index` of the stream `seed`: (uint8 (R, R) image, label) and, with `return_info`,
     a dict with the snakes, markers, float layers and counts (for tests and comparisons)."""
-    sample = draw_sample(params, np.random.default_rng([int(seed), int(index)]))
-    layers = render_layers(params, sample)
-    image = compose(layers)
-    if not return_info:
-        return image, sample.label
-    return image, sample.label, sample_info(params, sample, layers)
+    return generate_images(params, seed, [index], return_info)[0]
+
+
+def generate_images(params: PathfinderParams, seed: int, indices, return_info: bool = False) -> list[tuple]:
+    """`generate_image` for each of `indices`, the images grown together (`draw_samples`)."""
+    samples = draw_samples(params, [np.random.default_rng([int(seed), int(i)]) for i in indices])
+    out = []
+    for sample in samples:
+        layers = render_layers(params, sample)
+        image = compose(layers)
+        out.append((image, sample.label, sample_info(params, sample, layers)) if return_info
+                   else (image, sample.label))
+    return out
 
 
 def sample_info(p: PathfinderParams, sample: Sample, layers: dict[str, np.ndarray]) -> dict[str, Any]:
