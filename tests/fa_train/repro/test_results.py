@@ -48,42 +48,34 @@ def test_glance_has_one_row_per_recipe_with_the_papers_number():
         assert f"reports/{recipe.name}/" in row or "not run yet" in row
 
 
-def test_glance_skips_a_larger_scale_whose_cell_has_no_value(mini_recipe, tmp_path, monkeypatch):
-    """A full scale with only paused runs does not hide the gpu scale's finished number."""
+def glance_of(mini_recipe, tmp_path, monkeypatch, statuses):
+    """The mini recipe's glance row over results folders {folder: status of its one run}."""
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
     cell = {"row": "Baseline", "column": "ppl"}
     mini_recipe.data["report"]["glance"] = {"paper": cell, "ours": cell}
     entry = {"kind": "train", "run_dir": "base", "metrics": {"val/ppl": 30.0, "global_step": 9}}
-    for scale, status in (("full", "paused"), ("gpu", "ok")):
-        out = tmp_path / "reports" / "mini" / scale
-        out.mkdir(parents=True)
+    for folder, status in statuses.items():
+        out = tmp_path / "reports" / "mini" / folder
+        out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(
             {"host": {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB"]}, "updated": "2026-01-02",
              "runs": {"base": dict(entry, status=status)}}))
-    row = results._glance_row(mini_recipe)
+    return results._glance_row(mini_recipe)
+
+
+def test_glance_skips_a_larger_scale_whose_cell_has_no_value(mini_recipe, tmp_path, monkeypatch):
+    """A full scale with only paused runs does not hide the gpu scale's finished number."""
+    row = glance_of(mini_recipe, tmp_path, monkeypatch, {"full": "paused", "gpu": "ok"})
     assert "reports/mini/gpu/report.md" in row and ": 30" in row
-    (tmp_path / "reports" / "mini" / "gpu" / "results.json").unlink()
-    row = results._glance_row(mini_recipe)
+    row = glance_of(mini_recipe, tmp_path, monkeypatch, {"gpu": "failed"})
     assert "reports/mini/full/report.md" in row and "paused" in row
 
 
 def test_glance_falls_back_to_a_scales_earlier_protocol(mini_recipe, tmp_path, monkeypatch):
     """A redesigned scale not yet run: the glance shows the kept earlier protocol's number and
     links its folder; without any value it shows the current scale's status."""
-    from fa_train.repro import results
-    monkeypatch.setattr(results, "ROOT", tmp_path)
-    cell = {"row": "Baseline", "column": "ppl"}
-    mini_recipe.data["report"]["glance"] = {"paper": cell, "ours": cell}
-    entry = {"kind": "train", "run_dir": "base", "metrics": {"val/ppl": 30.0, "global_step": 9}}
-    for folder, status in (("gpu", "paused"), ("gpu-100steps", "ok")):
-        out = tmp_path / "reports" / "mini" / folder
-        out.mkdir(parents=True)
-        (out / "results.json").write_text(json.dumps(
-            {"host": {"gpus": ["NVIDIA H100 80GB HBM3"]}, "updated": "2026-01-02",
-             "runs": {"base": dict(entry, status=status)}}))
-    assert "reports/mini/gpu-100steps/report.md" in results._glance_row(mini_recipe)
-    (tmp_path / "reports" / "mini" / "gpu-100steps" / "results.json").write_text(json.dumps(
-        {"runs": {"base": dict(entry, status="failed")}}))
-    row = results._glance_row(mini_recipe)
+    row = glance_of(mini_recipe, tmp_path, monkeypatch, {"gpu": "paused", "gpu-100steps": "ok"})
+    assert "reports/mini/gpu-100steps/report.md" in row
+    row = glance_of(mini_recipe, tmp_path, monkeypatch, {"gpu-100steps": "failed"})
     assert "reports/mini/gpu/report.md" in row and "paused" in row
