@@ -55,7 +55,7 @@ class TaskModule(L.LightningModule):
         self.compile = bool(compile)
         self.compile_mode = compile_mode
         self._compiled = None
-        self.tokens_seen = 0  # per-process count of non-padding input tokens
+        self.tokens_seen = 0  # per-process count of input tokens (a padded batch counts its padding)
         self.save_hyperparameters(ignore=["model"])
 
     # -- model call (optionally compiled) ---------------------------------------------------------
