@@ -207,10 +207,11 @@ def dram_bytes(name, shape, config, profiler=profile_worker):
     except (NcuError, OSError) as exc:
         return dict.fromkeys(DRAM_KEYS) | {"ncu_note": str(exc)[:600]}
     read, write = (res.get(metric) for metric in METRICS)
+    if read is None:
+        return dict.fromkeys(DRAM_KEYS) | {"ncu_note": f"ncu reported no {METRICS[0]}"}
     ideal = kv_bytes(shape["batch"], shape["cache_len"], shape["heads_kv"], shape["head_dim"],
                      parse_dtype(config.dtype).itemsize)
-    return {"dram_read_bytes": read, "dram_write_bytes": write,
-            "read_over_ideal": read / ideal if read is not None else None,
+    return {"dram_read_bytes": read, "dram_write_bytes": write, "read_over_ideal": read / ideal,
             "ncu_kernels": res.get("kernels"), "ncu_note": None}
 
 

@@ -148,6 +148,9 @@ def test_dram_bytes_passes_the_cell_to_the_worker():
         raise NcuError(f"{ncu} exited with 1: boom")
     res = decode.dram_bytes("flash_decode", shape, cfg, broken)
     assert res["read_over_ideal"] is None and res["ncu_note"] == "my-ncu exited with 1: boom"
+    res = decode.dram_bytes("flash_decode", shape, cfg, lambda args, ncu: {"kernels": 1})
+    assert res["read_over_ideal"] is None
+    assert res["ncu_note"] == "ncu reported no dram__bytes_read.sum"
 
 
 def test_measured_bytes_reach_rows_tables_and_csv(tmp_path, monkeypatch):
