@@ -12,7 +12,7 @@ subcommand takes --out DIR.
   fa-bench io          --out DIR [--impls standard,flash] [--no-ncu]
   fa-bench decode      --out DIR [--impls ...] [--batches 1,2,4,8] [--cache-lens 1024,...,131072]
                        [--heads 32:32,32:8] [--head-dims 64,128] [--timer events|cuda-graph]
-                       [--quick]
+                       [--quick] [--ncu [EXE] (DRAM bytes per step, Nsight Compute)]
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
                        [--compile 0,1] [--runners bare,trainer] [--batch 16] [--seqlen 1024]
                        [--losses auto,fused,torch] [--steps 20] [--profile]
@@ -163,6 +163,10 @@ def build_parser():
                    help="default 64,128 (--quick 128)")
     p.add_argument("--timer", default="events", choices=["events", "cuda-graph"],
                    help="events: CUDA events per call; cuda-graph: GPU time alone")
+    p.add_argument("--ncu", nargs="?", const="ncu", default=None, metavar="EXE",
+                   help="also measure each step's DRAM bytes with Nsight Compute (EXE, default "
+                        "ncu); the grid defaults to batch 1, L 16384,65536, heads 32:32,32:8, "
+                        "head dim 128 (K and V larger than L2)")
 
     p = sub.add_parser("train-step", help="GPT-2 training tokens/s without the trainer")
     _add_common(p, quick=False)
@@ -245,12 +249,15 @@ def configure(args):
         return config.validate(), mod.run_io_bench, mod.write_io_reports
     if args.command == "decode":
         from fa_train.bench import decode as mod
+        grid = (mod.NCU_GRID if args.ncu is not None else
+                {"batches": [1, 8], "cache_lens": list(mod.QUICK_CACHE_LENS), "heads": ["32:8"],
+                 "head_dims": [128]} if quick else
+                {"batches": [1, 2, 4, 8], "cache_lens": list(mod.DEFAULT_CACHE_LENS),
+                 "heads": ["32:32", "32:8"], "head_dims": [64, 128]})
         config = mod.DecodeBenchConfig(
-            impls=args.impls, batches=args.batches or ([1, 8] if quick else [1, 2, 4, 8]),
-            cache_lens=args.cache_lens or list(mod.QUICK_CACHE_LENS if quick
-                                               else mod.DEFAULT_CACHE_LENS),
-            heads=args.heads or (["32:8"] if quick else ["32:32", "32:8"]),
-            head_dims=args.head_dims or ([128] if quick else [64, 128]), timer=args.timer,
+            impls=args.impls, batches=args.batches or grid["batches"],
+            cache_lens=args.cache_lens or grid["cache_lens"], heads=args.heads or grid["heads"],
+            head_dims=args.head_dims or grid["head_dims"], timer=args.timer, ncu=args.ncu,
             **common)
         return config.validate(), mod.run_decode_bench, mod.write_decode_reports
     if args.command == "train-step":

@@ -12,11 +12,19 @@ of calls replayed from a CUDA graph (GPU time without the host's); host_ms is th
 issue one call. Bandwidth: bytes = K and V read once + q read + out written
 (2·B·L·Hkv·d + 2·B·Hq·d elements), GB/s = bytes / median time. Correctness guard: batch
 element 0 against kernels.reference_attention_with_kvcache in float64, at L <= CHECK_MAX_SEQLEN.
+
+Measured bytes (--ncu, config field `ncu`): each step that ran also runs once under Nsight Compute
+(fa_train.bench.ncu, a worker subprocess, caches flushed before every kernel): dram_read_bytes and
+dram_write_bytes summed over the step's kernels, read_over_ideal = dram_read_bytes / the K and V
+bytes (2·B·L·Hkv·d elements): 1.0 when each K/V head is read once per GQA group. Caches no larger
+than L2 (50 MB on an H100) can hide re-reads, hence the default --ncu grid NCU_GRID (K and V of
+67 MB to 1 GB).
 """
 from __future__ import annotations
 
 import csv
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -27,6 +35,7 @@ from fa_train.bench.common import (CHECK_MAX_SEQLEN, CHECK_TOLERANCE, RunOptions
                                    host_time, make_progress, parse_dtype, relative_error,
                                    resolve_device)
 from fa_train.bench.impls import flex_attention_fn
+from fa_train.bench.ncu import METRICS, NcuError, find_ncu, profile_worker
 from fa_train.bench.report import Plot, Table, pivot_markdown, write_reports
 from fa_train.bench.runner import classify
 
@@ -38,6 +47,10 @@ DEFAULT_CACHE_LENS = tuple(1024 << i for i in range(8))  # 1K .. 128K
 QUICK_CACHE_LENS = (4096, 16384, 65536)
 ROW_KEYS = ("status", "reason", "ms", "ms_p20", "ms_p80", "host_ms", "check_rel_err",
             "check_passed")
+DRAM_KEYS = ("dram_read_bytes", "dram_write_bytes", "read_over_ideal", "ncu_kernels", "ncu_note")
+# Default --ncu grid: Hq 32 over 8 and 32 K/V heads, both with a 268 MB K+V cache among its cells.
+NCU_GRID = {"batches": [1], "cache_lens": [16384, 65536], "heads": ["32:32", "32:8"],
+            "head_dims": [128]}
 
 
 def parse_heads(text):
@@ -61,6 +74,7 @@ class DecodeBenchConfig(RunOptions):
     head_dims: list = field(default_factory=lambda: [64, 128])
     dtype: str = "bf16"
     timer: str = "events"
+    ncu: str = None  # ncu executable measuring DRAM bytes per step; None: no measurement
 
     def validate(self):
         self.impls = _check_list("impls", self.impls, allowed=DECODE_IMPL_NAMES)
@@ -74,13 +88,27 @@ class DecodeBenchConfig(RunOptions):
         parse_dtype(self.dtype)
         check_timer(self.timer)
         _check_list("rep_ms", [self.rep_ms], positive=True)
-        resolve_device(self.device)
+        device = resolve_device(self.device)
+        if self.ncu is not None:
+            try:
+                find_ncu(self.ncu)
+            except NcuError as exc:
+                raise ValueError(f"ncu: {exc}") from None
+            if device.type != "cuda":
+                raise ValueError(f"ncu: Nsight Compute measures CUDA devices; device is "
+                                 f"{self.device!r}")
         return self
+
+
+def kv_bytes(batch, cache_len, heads_kv, head_dim, element_size):
+    """Bytes of the K and V caches: what one decode step reads at the least."""
+    return 2 * batch * cache_len * heads_kv * head_dim * element_size
 
 
 def step_bytes(batch, cache_len, heads, heads_kv, head_dim, element_size):
     """HBM bytes of one decode step: K and V read once, q read, out written."""
-    return (2 * batch * cache_len * heads_kv + 2 * batch * heads) * head_dim * element_size
+    return (kv_bytes(batch, cache_len, heads_kv, head_dim, element_size)
+            + 2 * batch * heads * head_dim * element_size)
 
 
 def decode_inputs(batch, cache_len, heads, heads_kv, head_dim, dtype, device, seed):
@@ -166,8 +194,30 @@ def measure_step(name, inputs, config, device, reference=None):
         free_memory(device)
 
 
-def run_decode_bench(config):
-    """Run the decode benchmark; returns the rows (one per impl x shape)."""
+def dram_bytes(name, shape, config, profiler=profile_worker):
+    """DRAM_KEYS of one step of implementation `name` at `shape` (batch, cache_len, heads,
+    heads_kv, head_dim) measured by `profiler` (ncu over io_worker decode); a failed measurement
+    leaves the numbers None and says why in ncu_note."""
+    args = ["decode", "--impl", name, "--batch", str(shape["batch"]),
+            "--cache-len", str(shape["cache_len"]), "--heads", str(shape["heads"]),
+            "--heads-kv", str(shape["heads_kv"]), "--head-dim", str(shape["head_dim"]),
+            "--dtype", config.dtype, "--seed", str(config.seed)]
+    try:
+        res = profiler(args, ncu=config.ncu)
+    except (NcuError, OSError) as exc:
+        return dict.fromkeys(DRAM_KEYS) | {"ncu_note": str(exc)[:600]}
+    read, write = (res.get(metric) for metric in METRICS)
+    if read is None:
+        return dict.fromkeys(DRAM_KEYS) | {"ncu_note": f"ncu reported no {METRICS[0]}"}
+    ideal = kv_bytes(shape["batch"], shape["cache_len"], shape["heads_kv"], shape["head_dim"],
+                     parse_dtype(config.dtype).itemsize)
+    return {"dram_read_bytes": read, "dram_write_bytes": write, "read_over_ideal": read / ideal,
+            "ncu_kernels": res.get("kernels"), "ncu_note": None}
+
+
+def run_decode_bench(config, profiler=profile_worker):
+    """Run the decode benchmark; returns the rows (one per impl x shape). With config.ncu each
+    step that ran also gets DRAM_KEYS from `profiler` (dram_bytes)."""
     if isinstance(config, dict):
         config = DecodeBenchConfig(**config)
     config.validate()
@@ -202,6 +252,13 @@ def run_decode_bench(config):
                              "bytes": nbytes, "gb_per_s": gbps, "us": (
                                  measured["ms"] * 1e3 if measured.get("ms") else None),
                              **measured})
+                if config.ncu is not None:
+                    bar.describe(f"{name} d={head_dim} heads={heads_text} B={batch} "
+                                 f"L={cache_len}: ncu")
+                    rows[-1].update(
+                        dram_bytes(name, shape, config, profiler) if measured["status"] == "ok"
+                        else dict.fromkeys(DRAM_KEYS) | {
+                            "ncu_note": f"not profiled: {measured['status']}"})
                 bar.advance()
             del inputs, reference
     return rows
@@ -215,14 +272,23 @@ DECODE_TABLES = (
     Table("Host time to issue one call, ms (where it reaches the step time, event timing measures "
           "the host)", _INDEX, "impl", "host_ms", ".3f"),
 )
+DRAM_TABLE = Table("DRAM bytes read / K and V bytes (Nsight Compute; 1.0: each K/V head read "
+                   "once per group)", _INDEX, "impl", "read_over_ideal", ".2f")
 CSV_COLUMNS = ("impl", "batch", "cache_len", "heads", "heads_kv", "head_dim", "dtype", "status",
                "us", "ms_p20", "ms_p80", "host_ms", "bytes", "gb_per_s", "check_rel_err",
                "reason")
+DRAM_CSV_COLUMNS = ("dram_read_bytes", "dram_write_bytes", "read_over_ideal", "ncu_note")
+
+
+def _measured_bytes(rows):
+    return any("read_over_ideal" in r for r in rows)
 
 
 def summary_table(rows):
-    """The GB/s pivot as Markdown, printed at the end of a command-line run."""
-    return pivot_markdown(rows, DECODE_TABLES[0])
+    """The GB/s pivot (and the read_over_ideal one when bytes were measured) as Markdown, printed
+    at the end of a command-line run."""
+    tables = DECODE_TABLES[:1] + ((DRAM_TABLE,) if _measured_bytes(rows) else ())
+    return "\n".join(pivot_markdown(rows, t) for t in tables)
 
 
 def write_decode_reports(rows, out_dir, config, name="decode"):
@@ -237,14 +303,24 @@ def write_decode_reports(rows, out_dir, config, name="decode"):
         f"Correctness guard: batch element 0 against the float64 reference at L <= "
         f"{CHECK_MAX_SEQLEN} (check_rel_err in the JSON and CSV).",
     ]
+    tables, columns = DECODE_TABLES, CSV_COLUMNS
+    if _measured_bytes(rows):
+        tables, columns = (DRAM_TABLE,) + tables, columns + DRAM_CSV_COLUMNS
+        notes.append("DRAM bytes: ncu dram__bytes_read.sum / dram__bytes_write.sum over the "
+                     "step's kernels, one step in a worker process, caches flushed before every "
+                     "kernel (--cache-control all); read_over_ideal = read / K and V bytes "
+                     "(2·B·L·Hkv·d elements). K and V within L2 (50 MB on an H100) may hide "
+                     "re-reads.")
+        failures = Counter(r["ncu_note"] for r in rows if r.get("ncu_note"))
+        notes += [f"- not measured ({n} rows): {note}" for note, n in failures.items()]
     plots = [Plot("decode_bandwidth.png", "cache_len", "gb_per_s", ("impl",),
                   ("head_dim", "heads", "heads_kv", "batch"), {}, "decode step bandwidth",
                   "cache length L", "GB/s", logy=False)]
     paths = write_reports(rows, out_dir, name, environment(torch.device(config.device)),
-                          asdict(config), DECODE_TABLES, plots, notes)
+                          asdict(config), tables, plots, notes)
     csv_path = paths["json"].with_suffix(".csv")
     with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
         writer.writeheader()
         for r in rows:
             writer.writerow({k: ("" if v is None or (isinstance(v, float) and math.isnan(v))

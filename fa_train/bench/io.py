@@ -67,9 +67,10 @@ def hbm_bytes(config, impl, pass_name, profiler=profile_worker):
         return empty | {"hbm_note": "ncu skipped (--no-ncu)"}
     if torch.device(config.device).type != "cuda":
         return empty | {"hbm_note": "ncu needs a CUDA device"}
-    args = ["--impl", impl, "--batch", str(config.batch), "--seqlen", str(config.seqlen),
-            "--heads", str(config.heads), "--head-dim", str(config.head_dim),
-            "--causal", str(int(config.causal)), "--dtype", config.dtype, "--pass", pass_name]
+    args = ["attention", "--impl", impl, "--batch", str(config.batch),
+            "--seqlen", str(config.seqlen), "--heads", str(config.heads),
+            "--head-dim", str(config.head_dim), "--causal", str(int(config.causal)),
+            "--dtype", config.dtype, "--pass", pass_name]
     try:
         res = profiler(args, ncu=config.ncu)
     except (NcuError, OSError) as exc:

@@ -1,8 +1,11 @@
 """Nsight Compute as a subprocess: DRAM bytes read + written by every kernel of a profiled region.
 
-The worker (fa_train.bench.io_worker) warms up outside the region, then brackets one call with
-cudaProfilerStart/Stop (torch.cuda.profiler); ncu runs with --profile-from-start off, so only the
-kernels of that call are counted, and their dram__bytes_{read,write}.sum are summed.
+The worker (fa_train.bench.io_worker) warms up outside the region, then brackets one call (an
+attention pass or a decode step) with cudaProfilerStart/Stop (torch.cuda.profiler); ncu runs with
+--profile-from-start off, so only the kernels of that call are counted, and their
+dram__bytes_{read,write}.sum are summed. --cache-control all (ncu's default, passed explicitly)
+flushes the caches before every kernel, so each kernel's reads start from DRAM; writes still held in
+L2 when a kernel ends may go uncounted.
 """
 from __future__ import annotations
 
@@ -57,8 +60,12 @@ def parse_ncu_csv(text):
     return {"kernels": len(kernels), **totals}
 
 
-def ncu_available(ncu="ncu"):
-    return shutil.which(ncu) is not None
+def find_ncu(ncu="ncu"):
+    """Path of the ncu executable; NcuError naming it when it is not on PATH."""
+    exe = shutil.which(ncu)
+    if exe is None:
+        raise NcuError(f"ncu unavailable: {ncu!r} is not on PATH (install Nsight Compute)")
+    return exe
 
 
 def _project_root():
@@ -67,18 +74,19 @@ def _project_root():
 
 def profile_worker(worker_args, ncu="ncu", timeout=600):
     """Run `python -m fa_train.bench.io_worker ARGS` under ncu; returns parse_ncu_csv's dict."""
-    exe = shutil.which(ncu)
-    if exe is None:
-        raise NcuError(f"ncu unavailable: {ncu!r} is not on PATH (install Nsight Compute)")
+    exe = find_ncu(ncu)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_project_root(), env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "ncu.csv"
-        cmd = [exe, "--clock-control", "none", "--profile-from-start", "off",
-               "--metrics", ",".join(METRICS), "--csv", "--print-units", "base",
-               "--log-file", str(log), sys.executable, "-m", "fa_train.bench.io_worker",
-               *worker_args]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        cmd = [exe, "--clock-control", "none", "--cache-control", "all",
+               "--profile-from-start", "off", "--metrics", ",".join(METRICS), "--csv",
+               "--print-units", "base", "--log-file", str(log),
+               sys.executable, "-m", "fa_train.bench.io_worker", *worker_args]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise NcuError(f"ncu ran past its {timeout} s limit") from None
         text = log.read_text() if log.exists() else ""
     if res.returncode != 0:
         tail = (res.stderr or res.stdout or text)[-800:].replace("\n", " ")

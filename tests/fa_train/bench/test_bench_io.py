@@ -5,7 +5,7 @@ import types
 import pytest
 import torch
 
-from fa_train.bench import IOBenchConfig, run_io_bench, write_io_reports, write_reports
+from fa_train.bench import IOBenchConfig, io_worker, run_io_bench, write_io_reports, write_reports
 from fa_train.bench.io import executed_flops, hbm_bytes
 from fa_train.bench.ncu import NcuError, parse_ncu_csv, profile_worker
 from fa_train.bench.report import Plot, Table, pivot_markdown
@@ -46,6 +46,18 @@ def test_missing_ncu_is_a_clear_message():
     fake = hbm_bytes(cfg, "flash", "fwd", profiler=lambda args, ncu: {
         "kernels": 3, "dram__bytes_read.sum": 3e9, "dram__bytes_write.sum": 1e9})
     assert fake["hbm_gb"] == 4.0 and fake["ncu_kernels"] == 3 and fake["hbm_note"] is None
+
+
+def test_worker_attention_mode_takes_the_io_arguments():
+    cfg = types.SimpleNamespace(ncu="ncu", device="cuda", batch=2, seqlen=24, heads=2,
+                                head_dim=8, causal=True, dtype="fp32")
+    calls = []
+    hbm_bytes(cfg, "standard", "fwd+bwd", profiler=lambda args, ncu: calls.append(args) or {})
+    args = io_worker.build_parser().parse_args(calls[0])
+    assert (args.mode, args.impl, args.batch, args.seqlen, args.heads, args.head_dim, args.causal,
+            args.dtype, args.pass_name) == ("attention", "standard", 2, 24, 2, 8, 1, "fp32",
+                                            "fwd+bwd")
+    io_worker.build_call(args, torch.device("cpu"))()  # forward + backward on the CPU
 
 
 def test_flop_conventions():
