@@ -127,10 +127,10 @@ def run(args) -> int:
         raise UserError("draft is invalid with --temperature above 0: speculative decoding "
                         "here is greedy")
     device, dtype = resolve_device(args.device, args.dtype)
-    use_cuda_graph(args.cuda_graph, device)
     if args.draft and args.cuda_graph:
         raise UserError("cuda_graph is invalid with --draft: speculative decoding runs eagerly; "
                         "drop --cuda-graph")
+    use_cuda_graph(args.cuda_graph, device)
     if args.threads is not None:
         import torch
         torch.set_num_threads(check_int("threads", args.threads))

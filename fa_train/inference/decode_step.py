@@ -71,22 +71,23 @@ class GraphStep(EagerStep):
         self.graph.replay()
         return self.logits
 
-    def warm_up(self) -> None:
-        """Run the step's kernels eagerly on a side stream, every row's cache full to its
-        capacity as the capture sees it; the cache keeps its counts (the keys and values written
-        lie beyond them, where the steps to come write their own)."""
+    def decode_at_capacity(self) -> None:
+        """Run the step's decode eagerly with every row's cache full to its capacity, as the
+        capture sees it, then restore the counts (the keys and values it wrote lie beyond them,
+        where the steps to come write their own before reading)."""
         held = self.cache.seqlens.clone()
         self.cache.seqlens.fill_(self.cache.capacity - 1)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_STEPS):
-                self.model.decode(self.tokens, self.cache, check_positions=False)
-        torch.cuda.current_stream().wait_stream(side)
+        for _ in range(WARMUP_STEPS):
+            self.model.decode(self.tokens, self.cache, check_positions=False)
         self.cache.seqlens.copy_(held)
 
     def capture(self) -> None:
-        self.warm_up()
+        """Warm up on a side stream (as torch.cuda.graphs asks), then capture the step."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.decode_at_capacity()
+        torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self.logits = self.step(self.tokens)
