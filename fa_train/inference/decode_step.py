@@ -11,7 +11,7 @@ Neither step checks positions (a device sync): `generation.check_request` has bo
 request by the context and the cache's capacity before the first step. Inside the graph the
 attention runs over the cache's whole capacity (masked as usual), so one capture serves every
 step; the warm-up before the capture runs the step eagerly at that same length, so every kernel
-the capture records is compiled and tuned already.
+the capture records is compiled already.
 """
 from __future__ import annotations
 
