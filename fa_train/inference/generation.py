@@ -6,8 +6,8 @@ says so (the CLI's stop strings); ``on_token(row, tokens)`` sees every new token
 Timings count prefill and decode separately (CUDA synchronized). On CUDA the decode steps replay
 one CUDA graph (fa_train.inference.decode_step; ``cuda_graph=False``: eager); its capture counts
 as decode time. Sampling runs outside the graph on its logits: the host reads every step's
-tokens anyway (end of text, stop strings, streaming), and the seeded CPU generator of sampling
-then draws the same tokens with and without the graph.
+tokens anyway (end of text, stop strings, streaming), and sampling draws from the same seeded CPU
+generator with and without the graph.
 """
 from __future__ import annotations
 
