@@ -4,14 +4,15 @@
                 [--greedy | --temperature 0.8] [--top-k 50] [--top-p 0.95] [--seed 0]
                 [--stop TEXT ...] [--no-stream] [--draft CHECKPOINT --spec-tree 2,2,1]
                 [--attention auto] [--device auto] [--dtype auto] [--tokenizer FILE]
-                [--threads N]
+                [--threads N] [--cuda-graph | --no-cuda-graph]
 
 CHECKPOINT: an fa-train run folder (outputs/<experiment>/<run id>), a .ckpt inside one, or a
 local Hugging Face GPT-2 directory (config.json + model.safetensors or pytorch_model.bin). Without
 a prompt it samples after the end-of-text token. One prompt streams to the terminal; several
 (--prompt repeated, or a file with one per line) run as one batch. ``--draft`` turns on
-speculative greedy decoding (output equal to ``--greedy``, which it implies). The last line
-(stderr) gives tokens/s of prefill and decode separately.
+speculative greedy decoding (output equal to ``--greedy``, which it implies). On CUDA each
+decode step replays one CUDA graph (``--no-cuda-graph``: eager; speculative decoding is eager).
+The last line (stderr) gives tokens/s of prefill and decode separately.
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="auto: bfloat16 on CUDA, float32 on CPU")
     p.add_argument("--tokenizer", help="a tokenizers JSON file (default: the checkpoint's)")
+    p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+                   help="replay each decode step from a CUDA graph (default: on for CUDA)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (default: torch's; 1 is often fastest for small "
                         "models on a busy CPU)")
@@ -108,6 +111,7 @@ def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
 
 def run(args) -> int:
     from fa_train.inference import Sampling, generate, speculative_generate
+    from fa_train.inference.decode_step import use_cuda_graph
     from fa_train.inference.generation import check_request
     from fa_train.inference.loading import load_gpt
     from fa_train.inference.text import StopStrings, Streamer
@@ -123,6 +127,10 @@ def run(args) -> int:
         raise UserError("draft is invalid with --temperature above 0: speculative decoding "
                         "here is greedy")
     device, dtype = resolve_device(args.device, args.dtype)
+    if args.draft and args.cuda_graph:
+        raise UserError("cuda_graph is invalid with --draft: speculative decoding runs eagerly; "
+                        "drop --cuda-graph")
+    use_cuda_graph(args.cuda_graph, device)
     if args.threads is not None:
         import torch
         torch.set_num_threads(check_int("threads", args.threads))
@@ -151,7 +159,8 @@ def run(args) -> int:
         result = speculative_generate(target.model, draft.model, prompts[0], widths=widths,
                                       **common)
     else:
-        result = generate(target.model, prompts, sampling=sampling, seed=args.seed, **common)
+        result = generate(target.model, prompts, sampling=sampling, seed=args.seed,
+                          cuda_graph=args.cuda_graph, **common)
     outputs = [decode(t) for t in result.tokens]
     outputs = [stop.cut(t) for t in outputs] if stop else outputs
     if stream:

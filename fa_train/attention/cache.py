@@ -9,6 +9,10 @@ place at positions ``cache_seqlens[b] + j`` first; new token i then sees the row
 verifies). With a sliding ``window_size`` (left, right) it sees only keys j with
 p - left <= j <= p + right, p = cache_seqlens[b] + i its position (-1: unbounded), as the kernel
 defines it. The caller advances ``cache_seqlens``.
+
+While a CUDA graph is being captured nothing is read back to the host: the overflow check is
+skipped (the caller bounds the request) and attention runs over the whole capacity under the
+same mask, so one captured step serves every cache length.
 """
 from __future__ import annotations
 
@@ -32,12 +36,27 @@ def new_token_visibility(n_new: int, tree_parents: torch.Tensor | None, device) 
     return sees.to(device)
 
 
+def capturing_graph(x: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the current stream of `x`'s device."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def attended_length(cache_seqlens, n_new: int, capacity: int) -> int:
+    """Cache positions the new tokens attend to: the longest row's cached plus new tokens (one
+    device sync), or the whole capacity while a CUDA graph is captured. An overflow is refused."""
+    if capturing_graph(cache_seqlens):
+        return capacity
+    held = int(cache_seqlens.max())
+    if held + n_new > capacity:
+        raise ValueError(f"KV cache overflow: {held} cached + {n_new} new tokens exceed its "
+                         f"capacity {capacity}")
+    return held + n_new
+
+
 def write_to_cache(k, v, k_cache, v_cache, cache_seqlens) -> None:
-    """Store the new k, v (B, Nq, Hkv, d) at positions cache_seqlens[b] + j of each row."""
-    n_new, capacity = k.shape[1], k_cache.shape[1]
-    if int(cache_seqlens.max()) + n_new > capacity:
-        raise ValueError(f"KV cache overflow: {int(cache_seqlens.max())} cached + {n_new} new "
-                         f"tokens exceed its capacity {capacity}")
+    """Store the new k, v (B, Nq, Hkv, d) at positions cache_seqlens[b] + j of each row (the
+    caller has checked they fit: `attended_length`)."""
+    n_new = k.shape[1]
     rows = torch.arange(k.shape[0], device=k.device)[:, None]
     cols = cache_seqlens.to(device=k.device, dtype=torch.long)[:, None] + \
         torch.arange(n_new, device=k.device)
@@ -71,9 +90,9 @@ def attend_cache_torch(q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale=N
                        tree_parents=None, window_size=(-1, -1)) -> torch.Tensor:
     """The module docstring's cache attention by torch's scaled_dot_product_attention with an
     explicit mask over the occupied part of the cache; returns (B, Nq, H, d)."""
-    write_to_cache(k, v, k_cache, v_cache, cache_seqlens)
     n_new = q.shape[1]
-    length = int(cache_seqlens.max()) + n_new
+    length = attended_length(cache_seqlens, n_new, k_cache.shape[1])
+    write_to_cache(k, v, k_cache, v_cache, cache_seqlens)
     keep = cache_keep_mask(cache_seqlens, n_new, length, tree_parents, window_size)
     kh, vh = (t[:, :length].transpose(1, 2) for t in (k_cache, v_cache))  # (B, Hkv, L, d)
     groups = q.shape[2] // kh.shape[1]

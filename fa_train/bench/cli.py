@@ -18,6 +18,7 @@ subcommand takes --out DIR.
                        [--losses auto,fused,torch] [--steps 20] [--profile]
   fa-bench generate    --out DIR [--model gpt2-small | --checkpoint RUN_OR_HF_DIR]
                        [--impls flash,sdpa] [--prompt-len 128] [--new-tokens 256] [--no-hf]
+                       [--no-graph]
 """
 from __future__ import annotations
 
@@ -198,6 +199,8 @@ def build_parser():
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3, help="timed runs (median)")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
+    p.add_argument("--no-graph", action="store_true",
+                   help="skip the CUDA-graph decode rows (IMPL-graph; CUDA only)")
     return parser
 
 
@@ -275,7 +278,7 @@ def configure(args):
         config = mod.GenerateBenchConfig(
             model=args.model, checkpoint=args.checkpoint, impls=args.impls,
             prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats,
-            hf=not args.no_hf, **common)
+            hf=not args.no_hf, graph=not args.no_graph, **common)
         return config.validate(), mod.run_generate_bench, mod.write_generate_reports
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
 

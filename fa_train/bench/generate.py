@@ -1,7 +1,9 @@
 """Text generation throughput at batch 1: prefill and KV-cache decode tokens/s of our GPT per
 attention implementation (flash: kernels.flash_attn_with_kvcache; sdpa/standard: the PyTorch
 cache path), beside Hugging Face transformers' ``generate`` on the same weights when transformers
-is importable.
+is importable. On CUDA each implementation is timed twice: eager decode steps (row ``flash``)
+and decode steps replayed from one CUDA graph (row ``flash-graph``, fa_train.inference.decode_step;
+``graph=False`` leaves these rows out).
 
 Weights: a GPT-2 preset initialized at random (the same tensors are loaded into both models), or
 ``checkpoint``: an fa-train run or a Hugging Face GPT-2 directory (transformers then loads that
@@ -39,6 +41,7 @@ class GenerateBenchConfig(RunOptions):
     repeats: int = 3
     dtype: str = "bf16"
     hf: bool = True
+    graph: bool = True  # also the CUDA-graph decode rows (CUDA only)
 
     def validate(self):
         self.impls = _check_list("impls", self.impls, allowed=IMPLS)
@@ -87,10 +90,10 @@ def our_model(config, impl, device, dtype, reference):
     return model.to(device, dtype).eval()
 
 
-def time_ours(model, prompt, config):
-    generate(model, [prompt], min(8, config.new_tokens), Sampling(temperature=0.0))  # warm-up
-    runs = [generate(model, [prompt], config.new_tokens, Sampling(temperature=0.0))
-            for _ in range(config.repeats)]
+def time_ours(model, prompt, config, cuda_graph):
+    greedy = dict(sampling=Sampling(temperature=0.0), cuda_graph=cuda_graph)
+    generate(model, [prompt], min(8, config.new_tokens), **greedy)  # warm-up
+    runs = [generate(model, [prompt], config.new_tokens, **greedy) for _ in range(config.repeats)]
     t = [r.timing for r in runs]
     prefill_s = statistics.median([x.prefill_s for x in t])
     decode_s = statistics.median([x.decode_s for x in t])
@@ -137,13 +140,20 @@ def run_generate_bench(config: GenerateBenchConfig) -> list[dict]:
     if reference is not None:
         hf_tokens, prefill_s, decode_s = time_hf(reference, prompt, config, device)
         rows.append(_row(config, HF, hf_tokens, prefill_s, decode_s, None))
+    graph_modes = (False, True) if config.graph and device.type == "cuda" else (False,)
     for impl in config.impls:
-        try:
-            model = our_model(config, impl, device, dtype, reference)
-            rows.append(_row(config, impl, *time_ours(model, prompt, config), hf_tokens))
-        except Exception as exc:  # noqa: BLE001 - a failed case is a row, the others still run
-            rows.append(dict(impl=impl, status="oom" if is_oom(exc) else "error",
-                             reason=short_reason(exc)))
+        model = None
+        for cuda_graph in graph_modes:
+            name = f"{impl}-graph" if cuda_graph else impl
+            try:
+                if model is None:
+                    model = our_model(config, impl, device, dtype, reference)
+                rows.append(_row(config, name, *time_ours(model, prompt, config, cuda_graph),
+                                 hf_tokens))
+            except Exception as exc:  # noqa: BLE001 - a failed case is a row, the others run
+                rows.append(dict(impl=name, status="oom" if is_oom(exc) else "error",
+                                 reason=short_reason(exc)))
+        del model
         free_memory(device)
     return rows
 
@@ -166,6 +176,9 @@ def write_generate_reports(rows, out_dir, config, name="generate"):
     notes = [f"Weights: {weights}; {config.dtype}; batch 1, greedy; a random "
              f"{config.prompt_len}-token prompt, {config.new_tokens} new tokens; median of "
              f"{config.repeats} runs after a warm-up."]
+    if any(r["impl"].endswith("-graph") for r in rows):
+        notes.append("IMPL-graph: decode steps replayed from one CUDA graph (its capture counted "
+                     "in decode time); IMPL: eager decode steps.")
     if any(r["impl"] == HF for r in rows):
         notes.append(f"{HF}: transformers' generate on the same weights (its prefill: a "
                      "generate call of one new token).")

@@ -3,7 +3,11 @@ decode step per new token, batched over prompts of different lengths.
 
 A row stops at ``max_new_tokens``, at the end-of-text token (not kept) or when ``stop(tokens)``
 says so (the CLI's stop strings); ``on_token(row, tokens)`` sees every new token (streaming).
-Timings count prefill and decode separately (CUDA synchronized).
+Timings count prefill and decode separately (CUDA synchronized). On CUDA the decode steps replay
+one CUDA graph (fa_train.inference.decode_step; ``cuda_graph=False``: eager); its capture counts
+as decode time. Sampling runs outside the graph on its logits: the host reads every step's
+tokens anyway (end of text, stop strings, streaming), and sampling draws from the same seeded CPU
+generator with and without the graph.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Callable
 import torch
 
 from fa_train.errors import UserError, check_int
+from fa_train.inference.decode_step import decode_step, use_cuda_graph
 from fa_train.inference.sampling import Sampling
 
 StopFn = Callable[[list[int]], bool]
@@ -108,10 +113,13 @@ def prefill(model, prompts: list[list[int]], capacity: int):
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], max_new_tokens: int,
              sampling: Sampling = Sampling(), seed: int = 0, eos_id: int | None = None,
-             stop: StopFn | None = None, on_token: TokenFn | None = None) -> Generation:
-    """New tokens for each prompt (see the module docstring); `seed` fixes the sampling."""
+             stop: StopFn | None = None, on_token: TokenFn | None = None,
+             cuda_graph: bool | None = None) -> Generation:
+    """New tokens for each prompt (see the module docstring); `seed` fixes the sampling;
+    `cuda_graph`: replay the decode step from a CUDA graph (None: on for a CUDA model)."""
     capacity = check_request(model, prompts, max_new_tokens)
     device = model.wte.weight.device
+    cuda_graph = use_cuda_graph(cuda_graph, device)
     generator = torch.Generator().manual_seed(seed)
     outputs = Outputs(len(prompts), max_new_tokens, eos_id, stop, on_token)
     timing = Timing(prefill_tokens=sum(len(p) for p in prompts))
@@ -120,14 +128,14 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int,
     synchronize(device)
     timing.prefill_s = time.perf_counter() - start
     start = time.perf_counter()
+    step = decode_step(model, cache, cuda_graph)
     while True:
         tokens = sampling.next_tokens(logits, generator)
         for row, token in enumerate(tokens.tolist()):
             outputs.add(row, token)
         if outputs.finished:
             break
-        logits = model.decode(tokens[:, None], cache)[:, 0]
-        cache.advance(1)
+        logits = step(tokens)
     synchronize(device)
     timing.decode_s = time.perf_counter() - start
     timing.decode_tokens = sum(len(t) for t in outputs.tokens)

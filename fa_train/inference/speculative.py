@@ -5,7 +5,8 @@ that matches its own greedy choices, plus one token of its own.
 The tree grows level by level: ``widths[l]`` children (the draft's most likely tokens) under every
 node of level l, so ``(1, 1, 1, 1)`` is a chain of four and ``(2, 2, 1)`` a tree of 1 + 2 + 4 + 4
 nodes. The output equals the target's greedy output (every kept token is the target's argmax after
-the tokens before it); only the number of target passes changes. Batch 1.
+the tokens before it); only the number of target passes changes. Batch 1. Both models run
+eagerly (no CUDA graph: the tree's shape changes from pass to pass).
 """
 from __future__ import annotations
 

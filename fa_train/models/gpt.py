@@ -7,7 +7,8 @@ fa_train.attention, so ``attention=standard|sdpa|flash|blocksparse`` changes not
 Inference with a KV cache (fa_train.models.kv_cache): ``cache = model.new_cache(B, capacity)``,
 ``model.prefill(prompts, lengths, cache)`` over right-padded prompts (the training attention
 path), then ``model.decode(tokens, cache)`` per step (``tree_parents`` for a token tree) and
-``cache.advance(n)``; fa_train.inference builds sampling and speculative decoding on these.
+``cache.advance(n)``; fa_train.inference builds sampling, CUDA-graph decode steps and
+speculative decoding on these.
 """
 from __future__ import annotations
 
@@ -175,16 +176,18 @@ class GPT(nn.Module):
         return logits[rows, lengths.to(device=idx.device, dtype=torch.long) - 1]
 
     @torch.no_grad()
-    def decode(self, idx: torch.Tensor, cache: KVCache,
-               tree_parents: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(self, idx: torch.Tensor, cache: KVCache, tree_parents: torch.Tensor | None = None,
+               check_positions: bool = True) -> torch.Tensor:
         """Logits (B, Nq, vocab_size) of new tokens idx (B, Nq) after the cached ones: a chain, or
         a tree by `tree_parents` (Nq,) (-1: a root, placed right after the cache). Their keys and
-        values are written at cache.seqlens; `cache.advance` counts the ones kept."""
+        values are written at cache.seqlens; `cache.advance` counts the ones kept.
+        ``check_positions=False`` skips the context check (a device sync) for a caller that has
+        bounded the positions of the whole request already, as a captured CUDA graph needs."""
         depth = torch.arange(idx.shape[1], device=idx.device)
         if tree_parents is not None:  # a new token's ancestors among the new ones
             depth = new_token_visibility(idx.shape[1], tree_parents, idx.device).sum(dim=1) - 1
         pos = cache.seqlens.to(torch.long)[:, None] + depth[None, :]
-        if int(pos.max()) >= self.config.max_seq_len:
+        if check_positions and int(pos.max()) >= self.config.max_seq_len:
             raise ValueError(f"position {int(pos.max())} is beyond the model's context "
                              f"(model.max_seq_len={self.config.max_seq_len})")
         return self._cached_logits(self.wte(idx) + self.wpe(pos), cache, False, tree_parents)

@@ -3,7 +3,8 @@
 One preallocated key and one value tensor for all layers, (n_layer, B, capacity, H, d), and
 ``seqlens`` (B,) int32: how many tokens each row holds. A prefill writes a prompt's keys and
 values through the training attention path; a decode step writes its new tokens at ``seqlens``
-and attends through ``Attention.attend_cache``; `advance` then counts the tokens kept.
+and attends through ``Attention.attend_cache``; `advance` then counts the tokens kept. Every
+tensor is updated in place (fixed addresses), so a CUDA graph can replay a decode step.
 """
 from __future__ import annotations
 
@@ -34,8 +35,11 @@ class KVCache:
         return LayerCache(self.k[i], self.v[i], self.seqlens, prefill, tree_parents)
 
     def advance(self, n: int | torch.Tensor) -> None:
-        """Count `n` more tokens as held (per row when a tensor)."""
-        self.seqlens += torch.as_tensor(n, dtype=torch.int32, device=self.seqlens.device)
+        """Count `n` more tokens as held (per row when a tensor), in place; an int adds without
+        copying from the host, so the step can be captured in a CUDA graph."""
+        if isinstance(n, torch.Tensor):
+            n = n.to(dtype=torch.int32, device=self.seqlens.device)
+        self.seqlens += n
 
     def keep_nodes(self, nodes: list[int]) -> None:
         """Keep the new tokens at offsets `nodes` (an accepted path through a verified tree,

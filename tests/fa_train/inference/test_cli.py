@@ -94,6 +94,10 @@ def test_stop_text_ends_the_output(run, capsys):
     (["--stop", ""], "stop is invalid: a stop string must not be empty"),
     (["--max-new-tokens", "0"], "max_new_tokens=0 is invalid: expected an integer >= 1"),
     (["--threads", "0"], "threads=0 is invalid: expected an integer >= 1"),
+    (["--cuda-graph"], "cuda_graph=True is invalid: CUDA graphs need a model on a CUDA device, "
+                       "this one is on cpu"),
+    (["--draft", ".", "--cuda-graph"], "cuda_graph is invalid with --draft: speculative "
+                                       "decoding runs eagerly"),
     (["--attention", "fast"], "attention='fast' is invalid: expected one of "),
     (["--tokenizer", "none.json"], "tokenizer none.json does not exist"),
     (["--prompt-file", "none.txt"], "prompt_file none.txt does not exist"),
@@ -129,12 +133,15 @@ def test_checkpoint_of_another_model_is_refused(run, capsys, tmp_path):
 
 @pytest.mark.gpu
 def test_cuda_defaults_run_flash_in_bf16(run, capsys):
-    """On a GPU the defaults pick CUDA, bfloat16 and flash (prefill and cache kernels)."""
+    """On a GPU the defaults pick CUDA, bfloat16, flash (prefill and cache kernels) and CUDA-graph
+    decode steps."""
     folder, _, _ = run
     argv = [str(folder), "--prompt", "the model", "--greedy", "--max-new-tokens", "12"]
     assert main(argv) == 0
     out = capsys.readouterr()
     assert out.out.startswith("the model") and "tokens/s); decode:" in out.err
+    assert main(argv + ["--no-cuda-graph"]) == 0  # eager decode steps
+    assert capsys.readouterr().out.startswith("the model")
     assert main(argv + ["--draft", str(folder), "--no-stream"]) == 0
     spec = capsys.readouterr()
     assert "acceptance rate" in spec.err and "--- sample 0\nthe model" in spec.out
