@@ -88,6 +88,9 @@ class AttentionProblem:
         if self.windowed:
             self.window_args = (left if left >= 0 else UNBOUNDED_WINDOW,
                                 0 if causal else (right if right >= 0 else UNBOUNDED_WINDOW))
+        # keys a query sees at most (0: no window, or a side unbounded), which picks tiles
+        self.window_span = (sum(self.window_args) + 1
+                            if self.windowed and max(self.window_args) < UNBOUNDED_WINDOW else 0)
 
     def inputs(self, q, k, v):
         """The q, k, v pointer arguments: the packed tensor alone for a packed call."""
@@ -201,7 +204,7 @@ def forward(q, k, v, prob, config=None):
     sp = prob.sparse
     config = prob.tiles(config or tuning.forward_config(
         prob.block_d, prob.causal, sp is not None, prob.seqlen_q, prob.dropout_p > 0.0,
-        *prob.layout_rows()), k, v)
+        *prob.layout_rows(), prob.window_span), k, v)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = prob.lse_buffer(q)
     grid = (cdiv(prob.seqlen_q, config["BLOCK_M"]), prob.batch * prob.heads)
@@ -248,7 +251,8 @@ def backward(do, q, k, v, o, lse, prob, deterministic=True, configs=None, atomic
     if atomic is None:
         atomic = not deterministic and tuning.atomic_dq(prob.dropout_p, prob.block_d)
     configs = configs or tuning.backward_configs(prob.block_d, atomic, prob.sparse is not None,
-                                                 prob.seqlen_q)
+                                                 prob.seqlen_q, prob.dropout_p > 0.0,
+                                                 prob.window_span)
     dkdv_cfg = prob.tiles(configs[0], q, do)
     dq_cfg = prob.tiles(configs[1], k, v) if configs[1] else None
     (dq, dk, dv, dqkv), (dq_strides, dk_strides, dv_strides) = _gradient_buffers(

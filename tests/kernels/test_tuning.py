@@ -98,3 +98,31 @@ def test_layout_rows_counts_listed_blocks_per_block_row():
     assert prob.layout_rows() == (128, 36 / 8)
     dense = AttentionProblem(q, q, sm_scale=0.25)
     assert dense.layout_rows() == (0, 0.0)
+
+
+def test_narrow_windows_take_smaller_tiles_without_dropout(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    span = tuning.NARROW_WINDOW
+    for d in (64, 128):
+        fwd = tuning.forward_config(d, True, seqlen_q=8192, window_span=span)
+        assert (fwd["BLOCK_M"], fwd["BLOCK_N"], fwd["TMA"]) == (64, 32, tuning.POINTER_LOADS)
+        dkdv, dq = tuning.backward_configs(d, seqlen_q=8192, window_span=span)
+        assert dq["BLOCK_M"] == 64 and dkdv["BLOCK_M"] == (32 if d == 128 else 64)
+        dense = tuning.forward_config(d, True, seqlen_q=8192)
+        for other in (dict(window_span=span + 1), dict(window_span=span, dropout=True)):
+            assert tuning.forward_config(d, True, seqlen_q=8192, **other) == dense
+            assert (tuning.backward_configs(d, seqlen_q=8192, **other)
+                    == tuning.backward_configs(d, seqlen_q=8192))
+    sparse = tuning.forward_config(64, False, sparse=True, window_span=span)
+    assert sparse == tuning.forward_config(64, False, sparse=True)
+
+
+def test_window_span_counts_the_keys_a_query_sees():
+    import torch
+    from kernels.attention_launch import AttentionProblem
+    q = torch.zeros(1, 8, 2, 16)
+    spans = {(window, causal): AttentionProblem(q, q, sm_scale=1.0, causal=causal,
+                                                window=window).window_span
+             for window, causal in [((256, 256), False), ((256, -1), True), ((256, 0), False),
+                                    ((256, -1), False), ((-1, 4), False), ((-1, -1), True)]}
+    assert list(spans.values()) == [513, 257, 257, 0, 0, 0]
