@@ -334,30 +334,35 @@ def _glance_row(recipe) -> str:
     prow, pcol = spec["paper"]["row"], spec["paper"]["column"]
     pval = ptable["rows"][prow][list(ptable["columns"]).index(pcol)]
     paper = f"{prow}, {pcol}: {MISSING if pval is None else pval}{_unit(units.get(pcol))}"
-    orow, ocol = spec["ours"]["row"], spec["ours"]["column"]
+    orows, ocol = spec["ours"]["row"], spec["ours"]["column"]
+    orows = orows if isinstance(orows, list) else [orows]  # several: runs that split, side by side
     columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
-    # The largest scale whose cell has a value (a paused or failed run has none); a scale's
-    # earlier protocols (folders <scale>-*, kept when a recipe's scale was redesigned) come after
-    # it. Without a value anywhere: the largest current scale with results, saying why.
+    # The largest scale where a row's cell has a value (a paused or failed run has none); a
+    # scale's earlier protocols (folders <scale>-*, kept when a recipe's scale was redesigned)
+    # come after it. Without a value anywhere: the largest current scale with results, saying why.
     found = []
     root = ROOT / "reports" / recipe.name
     for s in SCALE_ORDER:
         for folder in [root / s, *sorted(root.glob(f"{s}-*"))]:
             if (folder / "results.json").is_file():
                 ours = Ours(recipe, folder)
-                found.append((folder.name, ours, *our_row(ours, table, orow, columns, {})[ocol]))
+                cells = [our_row(ours, table, r, columns, {})[ocol] for r in orows]
+                found.append((folder.name, ours, cells))
     current = [f for f in found if f[0] in SCALE_ORDER]
-    chosen = next((f for f in found if f[2] is not None), current[0] if current else None)
+    chosen = next((f for f in found if any(v is not None for v, _ in f[2])),
+                  current[0] if current else None)
     if chosen is None:
         return f"| {title} | {paper} | not run yet | {MISSING} | {MISSING} |"
-    scale, ours, value, why = chosen
+    scale, ours, cells = chosen
     col_spec = (table.get("columns") or {}).get(ocol)
-    shown = (fmt_value(value, (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec))
-             if value is not None else why or MISSING)
+    fmt = (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec)
+    shown = " / ".join(fmt_value(v, fmt) if v is not None else why or MISSING for v, why in cells)
     gpus = sorted({g.split(",")[0] for g in (ours.data.get("host") or {}).get("gpus") or []})
     where = f"{', '.join(gpus) or MISSING}, {str(ours.data.get('updated', ''))[:10]}"
     link = f"[{recipe.name}/{scale}](reports/{recipe.name}/{scale}/report.md)"
-    return f"| {title} | {paper} | {orow}, {ocol}: {shown}{_unit(units.get(ocol))} | {where} | {link} |"
+    label = spec["ours"].get("label") or " / ".join(orows)
+    return (f"| {title} | {paper} | {label}, {ocol}: {shown}{_unit(units.get(ocol))}"
+            f" | {where} | {link} |")
 
 
 def glance_table() -> list[str]:

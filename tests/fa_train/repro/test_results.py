@@ -79,3 +79,21 @@ def test_glance_falls_back_to_a_scales_earlier_protocol(mini_recipe, tmp_path, m
     assert "reports/mini/gpu-100steps/report.md" in row
     row = glance_of(mini_recipe, tmp_path, monkeypatch, {"gpu-100steps": "failed"})
     assert "reports/mini/gpu/report.md" in row and "paused" in row
+
+
+def test_glance_shows_several_rows_side_by_side(mini_recipe, tmp_path, monkeypatch):
+    """Runs that split (seeds) are shown together: one value per row, under the spec's label."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    mini_recipe.data["report"]["glance"] = {
+        "paper": {"row": "Baseline", "column": "ppl"},
+        "ours": {"row": ["Baseline", "Flash"], "label": "both runs", "column": "ppl"}}
+    out = tmp_path / "reports" / "mini" / "gpu"
+    out.mkdir(parents=True)
+    runs = {name: {"kind": "train", "run_dir": name, "status": status,
+                   "metrics": {"val/ppl": ppl, "global_step": 9}}
+            for name, ppl, status in (("base", 30.0, "ok"), ("fast", 25.5, "paused"))}
+    (out / "results.json").write_text(json.dumps({"host": {"gpus": ["H100, 80 GiB"]},
+                                                  "updated": "2026-01-02", "runs": runs}))
+    row = results._glance_row(mini_recipe)
+    assert "both runs, ppl: 30.00 / paused" in row and "reports/mini/gpu/report.md" in row
