@@ -23,7 +23,8 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
       full:  {...}
     metrics: {ppl: {keys: [val/ppl], unit: perplexity, fmt: ".2f"}}
     paper: {source: ..., hardware: ..., label: ..., tables: {...}}   # the paper's numbers
-    report: {tables: [...], plots: [...]}                            # how to lay them beside ours
+    report: {tables: [...], plots: [...],                            # how to lay them beside ours
+             claims: {...}}                 # paper.claims (sentences) vs ours: fa_train.repro.claims
 
 Overrides merge in this order, later keys winning: run `overrides` / `args`, then the scale's
 `train_overrides` / `bench_args`, then the scale's `per_run` entry for that run.
@@ -48,6 +49,8 @@ SCALE_KEYS = {"hardware", "measures", "runs", "train_overrides", "bench_args", "
               "timeout_s", "paper_settings"}
 RUN_KEYS = {"name", "kind", "experiment", "overrides", "subcommand", "args", "labels", "timeout_s"}
 PAPER_REQUIRED = ("source", "label", "hardware", "tables")
+CLAIM_DERIVES = ("crossover", "fastest", "oom")          # report.claims: fa_train.repro.claims
+CLAIM_EXPECTS = ("at_least", "at_most", "between", "equals")
 
 
 def recipes_dir() -> Path:
@@ -355,4 +358,40 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
         for run in plot.get("runs") or []:
             if run not in names:
                 p.append(f"report.plots[{i}]: unknown run {run!r}")
+    return p + claims_problems(d, names)
+
+
+def claims_problems(d: dict[str, Any], names: Any) -> list[str]:
+    """What is wrong with the recipe's report.claims block (see fa_train.repro.claims)."""
+    spec = (d.get("report") or {}).get("claims")
+    if spec is None:
+        return []
+    n_claims = len((d.get("paper") or {}).get("claims") or [])
+    tables = {t.get("paper_table") for t in (d["report"].get("tables") or [])}
+    p = []
+    for key, row in (spec.get("rows") or {}).items():
+        where = f"report.claims.rows.{key}"
+        if not isinstance(key, int) or not 1 <= key <= n_claims:
+            p.append(f"{where}: must be a claim number, 1 ... {n_claims} (paper.claims)")
+            continue
+        ours, expect = (row or {}).get("ours") or {}, (row or {}).get("expect") or {}
+        if len(expect) > 1 or set(expect) - set(CLAIM_EXPECTS):
+            p.append(f"{where}.expect: one of {', '.join(CLAIM_EXPECTS)}")
+        if "table" in ours:
+            if ours["table"] not in tables:
+                p.append(f"{where}.ours: table {ours['table']!r} is not a report table's paper_table")
+            continue
+        if ours.get("derive") not in CLAIM_DERIVES:
+            p.append(f"{where}.ours: needs `table` or a derive in {', '.join(CLAIM_DERIVES)}")
+            continue
+        if ours.get("metric") not in (d.get("metrics") or {}) or not ours.get("x"):
+            p.append(f"{where}.ours: needs `metric` (a recipe metric) and `x` (a record field)")
+        needed = ("sides", "at") if ours["derive"] == "oom" else ("subject", "rivals")
+        if any(not ours.get(k) for k in needed):
+            p.append(f"{where}.ours: {ours['derive']} needs {' and '.join(needed)}")
+            continue
+        sides = [ours["subject"]] if ours.get("subject") else []
+        for side in sides + list(ours.get("rivals") or ours.get("sides") or []):
+            if side.get("run") not in names:
+                p.append(f"{where}.ours: unknown run {side.get('run')!r}")
     return p

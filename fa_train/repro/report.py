@@ -22,6 +22,7 @@ Recipe `report:` block::
         - {type: loss, title: ..., runs: [...]}                          # metrics.csv curves
         - {type: train_xy, x_label: seq_len, y: tokens_per_s, group_label: impl}
         - {type: bench_xy, run: attention, x: seqlen, y: fwd_bwd_ms, group: impl, logx: true}
+      claims: {...}                         # paper.claims (sentences) vs ours: fa_train.repro.claims
 """
 from __future__ import annotations
 
@@ -619,6 +620,9 @@ def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None)
         lines += ["## " + table.get("title", recipe.paper["tables"][table["paper_table"]]
                                      .get("caption", table["paper_table"])), ""]
         lines += render_table(ours, table, scale) + [""]
+    if recipe.report.get("claims"):
+        from fa_train.repro.claims import render_claims   # it builds on this module's readers
+        lines += render_claims(ours, scale)
     plots = recipe.report.get("plots") or []
     if plots:
         lines += ["## Plots", ""]

@@ -1,0 +1,235 @@
+"""The paper's claims in words beside what our result files show: a report's claims table.
+
+Recipe ``report.claims``: one table row per sentence of ``paper.claims`` (keyed by its number,
+from 1); a claim without a row is shown as not compared::
+
+    claims:
+      title: "Figure 3 — the paper's claims and what we measured"
+      note: "..."
+      rows:
+        1:
+          ours: {table: figure3, row: FlashAttention, column: "max speedup, N 128-2K"}
+          expect: {at_least: 3}
+        5:
+          ours: {derive: crossover, metric: runtime_ms, x: seqlen, per: batch,
+                 subject: {run: dense, where: {impl: flash}},
+                 rivals: [{run: approximate, label: impl}]}
+          expect: {between: [512, 1024]}
+
+``ours`` is a cell of a report table (``table``: its paper_table, ``row``, ``column``) or a derive
+kind over bench records. Record sets are sides ``{run, where, label}``: the run, a filter, and
+the record field that names a record in the text (a ``key=value,...`` description is shortened to
+its own key's value: ``layout=bigbird,...`` -> ``bigbird``). ``metric`` (a recipe metric: its
+keys, ``where`` and scale) gives each record's value; ``per: <field>`` divides it by a record field
+(``batch``: time per sequence, for runs with different batch sizes); ``x`` is the sweep field.
+
+- ``crossover``: the smallest x at which some rival is faster (lower) than the subject, with those
+  rivals, fastest first. Value: that x (none when they never are).
+- ``fastest``: at each x of the subject, the subject against the fastest rival there, as
+  rival / subject. ``pick: {max: density}`` chooses the subject record at each x (default: its
+  fastest). Value: whether the subject is faster at every x.
+- ``oom``: the sides' labels with an out-of-memory record (status OOM), each at its first x, and
+  those with a value at x = ``at``. Value: the labels that ran at ``at``.
+
+``expect`` turns the value into the verdict (holds / does not hold): ``at_least``, ``at_most``,
+``between: [low, high]`` (inclusive) or ``equals`` (lists compare as sets). A row without it, or
+whose runs did not all finish, has no verdict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fa_train.repro.report import (MISSING, Ours, _metric_fmt, first_number, fmt_value, lookup,
+                                   matches, our_row)
+
+@dataclass
+class Finding:
+    """What a claim row shows (`text`), the value `expect` tests, and whether it was measured."""
+    text: str
+    value: Any = None
+    measured: bool = True
+
+
+@dataclass
+class Point:
+    """One bench record's value at one x, and the label naming it."""
+    value: float
+    label: str
+    record: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading the sides
+# ------------------------------------------------------------------------------------------------
+def record_label(record: dict[str, Any], field: str | None, default: str) -> str:
+    """The record's `field` as text; a ``key=value,...`` description gives its `field` key."""
+    if not field:
+        return default
+    value = lookup(record, field)
+    text = str(value)
+    if isinstance(value, str) and "=" in value:
+        parts = dict(p.split("=", 1) for p in value.split(",") if "=" in p)
+        text = parts.get(field, text)
+    return text
+
+
+def side_points(ours: Ours, spec: dict[str, Any], side: dict[str, Any]) -> dict[float, list[Point]]:
+    """{x: points} of one side: its run's records that match the metric's and the side's `where`
+    and have a value (divided by the `per` field when given)."""
+    mspec = ours.recipe.metrics[spec["metric"]]
+    where = {**(mspec.get("where") or {}), **(side.get("where") or {})}
+    out: dict[float, list[Point]] = {}
+    for rec in ours.records(side["run"]):
+        if not matches(rec, where):
+            continue
+        x, value = first_number(rec, [spec["x"]]), first_number(rec, mspec["keys"])
+        per = first_number(rec, [spec["per"]]) if spec.get("per") else 1.0
+        if x is None or value is None or not per:
+            continue
+        value *= float(mspec.get("scale", 1.0)) / per
+        out.setdefault(x, []).append(Point(value, record_label(rec, side.get("label"), side["run"]), rec))
+    return out
+
+
+def merged(ours: Ours, spec: dict[str, Any], sides: list[dict[str, Any]]) -> dict[float, list[Point]]:
+    out: dict[float, list[Point]] = {}
+    for side in sides:
+        for x, points in side_points(ours, spec, side).items():
+            out.setdefault(x, []).extend(points)
+    return out
+
+
+def subject_points(ours: Ours, spec: dict[str, Any]) -> dict[float, Point]:
+    """The subject's record at each x: the one with the largest `pick.max` field, else its fastest."""
+    field = (spec.get("pick") or {}).get("max")
+    key = (lambda p: first_number(p.record, [field]) or 0.0) if field else (lambda p: -p.value)
+    return {x: max(points, key=key) for x, points in side_points(ours, spec, spec["subject"]).items()}
+
+
+def unfinished(ours: Ours, runs: list[str]) -> Finding | None:
+    """A not-measured finding naming the first run that has no results, else None."""
+    for run in runs:
+        if ours.status(run) != "ok":
+            return Finding(f"{run}: {ours.status(run)}", measured=False)
+    return None
+
+
+def claim_runs(spec: dict[str, Any]) -> list[str]:
+    sides = ([spec["subject"]] if spec.get("subject") else []) + list(spec.get("rivals") or []) \
+        + list(spec.get("sides") or [])
+    return list(dict.fromkeys(side["run"] for side in sides))
+
+
+def _x(x: float) -> str:
+    return fmt_value(int(x) if float(x).is_integer() else x)
+
+
+# ------------------------------------------------------------------------------------------------
+# Derive kinds
+# ------------------------------------------------------------------------------------------------
+def crossover(ours: Ours, spec: dict[str, Any]) -> Finding:
+    """The smallest x where some rival beats the subject, and which rivals (fastest first)."""
+    subject, rivals = subject_points(ours, spec), merged(ours, spec, spec["rivals"])
+    for x in sorted(subject):
+        faster = sorted((p for p in rivals.get(x, []) if p.value < subject[x].value),
+                        key=lambda p: p.value)
+        if faster:
+            names = list(dict.fromkeys(p.label for p in faster))
+            return Finding(f"{_x(x)} ({', '.join(names)})", x)
+    compared = [x for x in subject if x in rivals]
+    return Finding(f"none up to {_x(max(compared))}" if compared else f"no common {spec['x']}", None,
+                   measured=bool(compared))
+
+
+def fastest(ours: Ours, spec: dict[str, Any]) -> Finding:
+    """The subject against the fastest rival at each of its x: rival / subject, and the verdict
+    value whether the subject is faster at every x."""
+    subject, rivals = subject_points(ours, spec), merged(ours, spec, spec["rivals"])
+    parts, slower = [], []
+    for x in sorted(subject):
+        if not rivals.get(x):
+            continue
+        best = min(rivals[x], key=lambda p: p.value)
+        parts.append(f"{_x(x)} {best.value / subject[x].value:.2f}× ({best.label})")
+        if subject[x].value >= best.value:
+            slower.append(_x(x))
+    if not parts:
+        return Finding(f"no common {spec['x']}", measured=False)
+    labels = list(dict.fromkeys(p.label for p in subject.values()))
+    field = (spec.get("pick") or {}).get("max")
+    who = ", ".join(labels) + (f" (largest {field})" if field else "")
+    verdict = f"slower at {', '.join(slower)}" if slower else f"faster at every {spec['x']}"
+    return Finding(f"{who}: {verdict}; the fastest other's time over it: {', '.join(parts)}",
+                   not slower)
+
+
+def oom(ours: Ours, spec: dict[str, Any]) -> Finding:
+    """Labels with an OOM record, each at its first x, and the labels with a value at `at`."""
+    mspec = ours.recipe.metrics[spec["metric"]]
+    first_oom: dict[str, float] = {}
+    for side in spec["sides"]:
+        where = {**(mspec.get("where") or {}), **(side.get("where") or {})}
+        for rec in ours.records(side["run"]):
+            x = first_number(rec, [spec["x"]])
+            if matches(rec, where) and str(rec.get("status")).lower() == "oom" and x is not None:
+                label = record_label(rec, side.get("label"), side["run"])
+                first_oom[label] = min(x, first_oom.get(label, x))
+    ran = list(dict.fromkeys(p.label for p in merged(ours, spec, spec["sides"]).get(spec["at"], [])))
+    oom_text = "; ".join(f"{label} from {_x(x)}" for label, x in first_oom.items())
+    text = (f"OOM: {oom_text or 'none'}; ran at {_x(spec['at'])}: {', '.join(ran) or 'none'}")
+    return Finding(text, ran)
+
+
+def table_cell(ours: Ours, spec: dict[str, Any]) -> Finding:
+    """A cell of one of the report's tables (the one filling paper table `table`)."""
+    recipe = ours.recipe
+    table = next(t for t in recipe.report["tables"] if t["paper_table"] == spec["table"])
+    ptable = recipe.paper["tables"][spec["table"]]
+    columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
+    value, why = our_row(ours, table, spec["row"], columns, {})[spec["column"]]
+    if value is None:
+        return Finding(why or MISSING, measured=False)
+    col_spec = (table.get("columns") or {}).get(spec["column"]) or {}
+    unit = (ptable.get("units") or {}).get(spec["column"], "")
+    text = fmt_value(value, col_spec.get("fmt") or _metric_fmt(recipe, col_spec))
+    return Finding(text + (unit if unit in ("", "×", "%") else f" {unit}"), value)
+
+
+DERIVES = {"crossover": crossover, "fastest": fastest, "oom": oom}
+
+
+def finding(ours: Ours, spec: dict[str, Any]) -> Finding:
+    if "table" in spec:
+        return table_cell(ours, spec)
+    return unfinished(ours, claim_runs(spec)) or DERIVES[spec["derive"]](ours, spec)
+
+
+def verdict(found: Finding, expect: dict[str, Any] | None) -> str:
+    """holds / does not hold, from the finding's value and the row's `expect`; MISSING without."""
+    if not expect or not found.measured:
+        return MISSING
+    v = found.value
+    (kind, want), = expect.items()
+    if kind == "equals":
+        ok = set(v or []) == set(want) if isinstance(want, list) else v == want
+    else:
+        low, high = (want if kind == "between" else
+                     (want, None) if kind == "at_least" else (None, want))
+        ok = isinstance(v, (int, float)) and (low is None or v >= low) and (high is None or v <= high)
+    return "holds" if ok else "does not hold"
+
+
+def render_claims(ours: Ours, scale: str) -> list[str]:
+    """The claims section: one row per sentence of paper.claims."""
+    spec = ours.recipe.report["claims"]
+    rows = spec.get("rows") or {}
+    lines = ["## " + spec.get("title", "The paper's claims and what we measured"), "",
+             f"| # | the paper ({ours.recipe.paper['hardware']}) | ours ({scale}) | verdict |",
+             "|---|---|---|---|"]
+    for i, claim in enumerate(ours.recipe.paper.get("claims") or [], start=1):
+        row = rows.get(i)
+        found = finding(ours, row["ours"]) if row else Finding("not compared", measured=False)
+        cells = [str(i), claim, found.text, verdict(found, (row or {}).get("expect"))]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return lines + ([""] + [f"_{spec['note'].strip()}_"] if spec.get("note") else []) + [""]
