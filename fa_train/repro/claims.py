@@ -43,6 +43,7 @@ from typing import Any
 from fa_train.repro.report import (MISSING, Ours, _metric_fmt, first_number, fmt_value, lookup,
                                    matches, our_row)
 
+
 @dataclass
 class Finding:
     """What a claim row shows (`text`), the value `expect` tests, and whether it was measured."""
@@ -74,7 +75,8 @@ def record_label(record: dict[str, Any], field: str | None, default: str) -> str
     return text
 
 
-def side_points(ours: Ours, spec: dict[str, Any], side: dict[str, Any]) -> dict[float, list[Point]]:
+def side_points(ours: Ours, spec: dict[str, Any], side: dict[str, Any]
+                ) -> dict[float, list[Point]]:
     """{x: points} of one side: its run's records that match the metric's and the side's `where`
     and have a value (divided by the `per` field when given)."""
     mspec = ours.recipe.metrics[spec["metric"]]
@@ -88,11 +90,14 @@ def side_points(ours: Ours, spec: dict[str, Any], side: dict[str, Any]) -> dict[
         if x is None or value is None or not per:
             continue
         value *= float(mspec.get("scale", 1.0)) / per
-        out.setdefault(x, []).append(Point(value, record_label(rec, side.get("label"), side["run"]), rec))
+        label = record_label(rec, side.get("label"), side["run"])
+        out.setdefault(x, []).append(Point(value, label, rec))
     return out
 
 
-def merged(ours: Ours, spec: dict[str, Any], sides: list[dict[str, Any]]) -> dict[float, list[Point]]:
+def merged(ours: Ours, spec: dict[str, Any], sides: list[dict[str, Any]]
+           ) -> dict[float, list[Point]]:
+    """{x: points} of several sides together."""
     out: dict[float, list[Point]] = {}
     for side in sides:
         for x, points in side_points(ours, spec, side).items():
@@ -101,10 +106,12 @@ def merged(ours: Ours, spec: dict[str, Any], sides: list[dict[str, Any]]) -> dic
 
 
 def subject_points(ours: Ours, spec: dict[str, Any]) -> dict[float, Point]:
-    """The subject's record at each x: the one with the largest `pick.max` field, else its fastest."""
+    """The subject's record at each x: the one with the largest `pick.max` field, else the
+    fastest."""
     field = (spec.get("pick") or {}).get("max")
     key = (lambda p: first_number(p.record, [field]) or 0.0) if field else (lambda p: -p.value)
-    return {x: max(points, key=key) for x, points in side_points(ours, spec, spec["subject"]).items()}
+    points = side_points(ours, spec, spec["subject"])
+    return {x: max(at_x, key=key) for x, at_x in points.items()}
 
 
 def unfinished(ours: Ours, runs: list[str]) -> Finding | None:
@@ -116,8 +123,9 @@ def unfinished(ours: Ours, runs: list[str]) -> Finding | None:
 
 
 def claim_runs(spec: dict[str, Any]) -> list[str]:
-    sides = ([spec["subject"]] if spec.get("subject") else []) + list(spec.get("rivals") or []) \
-        + list(spec.get("sides") or [])
+    """The runs a derive spec reads, in order."""
+    sides = [spec["subject"]] if spec.get("subject") else []
+    sides += list(spec.get("rivals") or []) + list(spec.get("sides") or [])
     return list(dict.fromkeys(side["run"] for side in sides))
 
 
@@ -138,8 +146,8 @@ def crossover(ours: Ours, spec: dict[str, Any]) -> Finding:
             names = list(dict.fromkeys(p.label for p in faster))
             return Finding(f"{_x(x)} ({', '.join(names)})", x)
     compared = [x for x in subject if x in rivals]
-    return Finding(f"none up to {_x(max(compared))}" if compared else f"no common {spec['x']}", None,
-                   measured=bool(compared))
+    text = f"none up to {_x(max(compared))}" if compared else f"no common {spec['x']}"
+    return Finding(text, None, measured=bool(compared))
 
 
 def fastest(ours: Ours, spec: dict[str, Any]) -> Finding:
@@ -159,8 +167,8 @@ def fastest(ours: Ours, spec: dict[str, Any]) -> Finding:
     labels = list(dict.fromkeys(p.label for p in subject.values()))
     field = (spec.get("pick") or {}).get("max")
     who = ", ".join(labels) + (f" (largest {field})" if field else "")
-    verdict = f"slower at {', '.join(slower)}" if slower else f"faster at every {spec['x']}"
-    return Finding(f"{who}: {verdict}; the fastest other's time over it: {', '.join(parts)}",
+    summary = f"slower at {', '.join(slower)}" if slower else f"faster at every {spec['x']}"
+    return Finding(f"{who}: {summary}; the fastest other's time over it: {', '.join(parts)}",
                    not slower)
 
 
@@ -175,9 +183,10 @@ def oom(ours: Ours, spec: dict[str, Any]) -> Finding:
             if matches(rec, where) and str(rec.get("status")).lower() == "oom" and x is not None:
                 label = record_label(rec, side.get("label"), side["run"])
                 first_oom[label] = min(x, first_oom.get(label, x))
-    ran = list(dict.fromkeys(p.label for p in merged(ours, spec, spec["sides"]).get(spec["at"], [])))
+    at_end = merged(ours, spec, spec["sides"]).get(spec["at"], [])
+    ran = list(dict.fromkeys(p.label for p in at_end))
     oom_text = "; ".join(f"{label} from {_x(x)}" for label, x in first_oom.items())
-    text = (f"OOM: {oom_text or 'none'}; ran at {_x(spec['at'])}: {', '.join(ran) or 'none'}")
+    text = f"OOM: {oom_text or 'none'}; ran at {_x(spec['at'])}: {', '.join(ran) or 'none'}"
     return Finding(text, ran)
 
 
@@ -200,6 +209,7 @@ DERIVES = {"crossover": crossover, "fastest": fastest, "oom": oom}
 
 
 def finding(ours: Ours, spec: dict[str, Any]) -> Finding:
+    """A claim row's `ours`: a table cell, or a derive kind once all its runs finished."""
     if "table" in spec:
         return table_cell(ours, spec)
     return unfinished(ours, claim_runs(spec)) or DERIVES[spec["derive"]](ours, spec)
@@ -216,7 +226,8 @@ def verdict(found: Finding, expect: dict[str, Any] | None) -> str:
     else:
         low, high = (want if kind == "between" else
                      (want, None) if kind == "at_least" else (None, want))
-        ok = isinstance(v, (int, float)) and (low is None or v >= low) and (high is None or v <= high)
+        ok = (isinstance(v, (int, float)) and (low is None or v >= low)
+              and (high is None or v <= high))
     return "holds" if ok else "does not hold"
 
 

@@ -66,8 +66,16 @@ MINI_RECIPE = textwrap.dedent("""
 
 
 @pytest.fixture
-def mini_recipe(tmp_path):
-    path = tmp_path / "recipes" / "mini.yaml"
-    path.parent.mkdir()
-    path.write_text(MINI_RECIPE)
-    return load_recipe(path)
+def make_recipe(tmp_path):
+    """A loaded recipe from YAML text, written to tmp_path/recipes/<name>.yaml."""
+    def make(name, text):
+        path = tmp_path / "recipes" / f"{name}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        return load_recipe(path)
+    return make
+
+
+@pytest.fixture
+def mini_recipe(make_recipe):
+    return make_recipe("mini", MINI_RECIPE)
