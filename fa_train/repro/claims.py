@@ -27,7 +27,8 @@ keys, ``where`` and scale) gives each record's value; ``per: <field>`` divides i
   rivals, fastest first. Value: that x (none when they never are).
 - ``fastest``: at each x of the subject, the subject against the fastest rival there, as
   rival / subject. ``pick: {max: density}`` chooses the subject record at each x (default: its
-  fastest). Value: whether the subject is faster at every x.
+  fastest); ``spread: [ms_p20, ms_p80]`` marks the x where the two records' spreads overlap.
+  Value: whether the subject is faster (by the metric) at every x.
 - ``oom``: the sides' labels with an out-of-memory record (status OOM), each at its first x, and
   those with a value at x = ``at``. Value: the labels that ran at ``at``.
 
@@ -54,10 +55,11 @@ class Finding:
 
 @dataclass
 class Point:
-    """One bench record's value at one x, and the label naming it."""
+    """One bench record's value at one x, the label naming it, and its timing spread."""
     value: float
     label: str
     record: dict[str, Any]
+    spread: tuple[float, float] | None = None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -89,9 +91,12 @@ def side_points(ours: Ours, spec: dict[str, Any], side: dict[str, Any]
         per = first_number(rec, [spec["per"]]) if spec.get("per") else 1.0
         if x is None or value is None or not per:
             continue
-        value *= float(mspec.get("scale", 1.0)) / per
+        factor = float(mspec.get("scale", 1.0)) / per
         label = record_label(rec, side.get("label"), side["run"])
-        out.setdefault(x, []).append(Point(value, label, rec))
+        bounds = [first_number(rec, [k]) for k in spec.get("spread") or []]
+        has_spread = len(bounds) == 2 and None not in bounds
+        spread = (bounds[0] * factor, bounds[1] * factor) if has_spread else None
+        out.setdefault(x, []).append(Point(value * factor, label, rec, spread))
     return out
 
 
@@ -159,7 +164,10 @@ def fastest(ours: Ours, spec: dict[str, Any]) -> Finding:
         if not rivals.get(x):
             continue
         best = min(rivals[x], key=lambda p: p.value)
-        parts.append(f"{_x(x)} {best.value / subject[x].value:.2f}× ({best.label})")
+        overlap = best.spread and subject[x].spread and \
+            best.spread[0] <= subject[x].spread[1] and subject[x].spread[0] <= best.spread[1]
+        parts.append(f"{_x(x)} {best.value / subject[x].value:.2f}× ({best.label}"
+                     + (", spreads overlap)" if overlap else ")"))
         if subject[x].value >= best.value:
             slower.append(_x(x))
     if not parts:
