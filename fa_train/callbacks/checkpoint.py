@@ -1,8 +1,9 @@
 """``checkpoints/last.ckpt``: one file per run, rewritten atomically.
 
 Saved every `every_n_train_steps` optimizer steps and inside the last training step (max_steps
-reached), where Lightning's loop state still says "mid-epoch, batch k": resuming from it continues
-at the same step and data position. A run that ends otherwise (epochs, early stop) saves once more
+reached, or a callback before this one stopped training there, as `PauseAfter` does), where
+Lightning's loop state still says "mid-epoch, batch k": resuming from it continues at the same
+step, epoch and data position. A run that ends otherwise (epochs, early stop) saves once more
 at the end. Each save goes to a temporary file that replaces last.ckpt only once complete, so a
 crash during a save leaves the previous checkpoint loadable, and no versioned copies
 (last-v1.ckpt) ever appear.
@@ -37,7 +38,8 @@ class LastCheckpoint(L.Callback):
         step = trainer.global_step
         if step == 0 or step == self.saved_step:
             return
-        last = trainer.max_steps is not None and 0 < trainer.max_steps <= step
+        last = trainer.should_stop or (trainer.max_steps is not None
+                                       and 0 < trainer.max_steps <= step)
         if last or (self.every and step % self.every == 0):
             self.save(trainer)
 

@@ -148,6 +148,8 @@ def test_paused_run_keeps_its_checkpoint_and_resume_finishes_it(tmp_path):
     assert final["status"] == "ok" and final["global_step"] == 6 and "test/loss" in final
     assert final["output_dir"] == str(out)
     assert _csv_steps(out / "metrics.csv", "train/loss") == list(range(6))
+    whole = train(make_cfg(tmp_path / "w", "default", SMALL, data=data, steps=6))
+    assert final["epoch"] == whole["epoch"]  # the pause, mid-epoch, did not end an epoch
 
 
 def test_pause_after_must_be_positive(tmp_path):
