@@ -5,12 +5,16 @@ time in this process. The checkpoint is written as at any end of training, the t
 skipped and metrics.json records status "paused"; ``resume=<run folder>`` continues at the same step
 and data position. Unlike ``trainer.max_time`` (a cap on the whole run, carried across resumes),
 the pause counts only this process's time, so a long run fits GPU jobs of a few minutes each.
+With several processes the ranks decide together every `SYNC_EVERY` steps (one all-reduce), so
+that all of them stop, and save their checkpoint, at the same step.
 """
 from __future__ import annotations
 
 import time
 
 import lightning as L
+
+SYNC_EVERY = 50
 
 
 class PauseAfter(L.Callback):
@@ -26,6 +30,13 @@ class PauseAfter(L.Callback):
         self._t0 = time.monotonic()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if time.monotonic() - self._t0 >= self.limit_s and not trainer.should_stop:
+        if trainer.should_stop:
+            return
+        over = time.monotonic() - self._t0 >= self.limit_s
+        if trainer.world_size > 1:
+            if trainer.global_step % SYNC_EVERY:
+                return
+            over = trainer.strategy.reduce_boolean_decision(over, all=False)
+        if over:
             self.paused = True
             trainer.should_stop = True
