@@ -19,13 +19,14 @@ Each configuration's output is compared with the default's (max abs diff, at mos
 tolerance x the largest output) and, at L <= CHECK_MAX_SEQLEN, batch element 0 with the float64
 reference (fa-bench's relative tolerance); one that fails is kept in the rows, marked incorrect,
 never reported best. The tile equal to the default's is timed again in step 2: the spread of the
-two is the noise. Each timing round times every configuration of
-a step once (median of --rounds kept). A pipeline too deep for shared memory runs with fewer
-stages (the launcher lowers them), so its row repeats a shallower one.
+two is the noise. Each timing round times every configuration of a step once (median of --rounds
+kept). Graph replays do not flush L2 (as in fa-bench's cuda-graph timer), so caches within its
+50 MB read faster than HBM. A pipeline too deep for shared memory runs with fewer stages (the
+launcher lowers them), so its row repeats a shallower one.
 
 Bound: the default grid is 24 shapes x at most 31 configurations (1 + 18 tiles + 4 tiles x 3
 factors) x 3 rounds, about 2,200 timings of 10 graph replays of 5 ms, plus about 150 kernel
-compilations (18 tiles x d x GQA group x split or not); the printed estimate (about 6 minutes on
+compilations (18 tiles x d x GQA group x split or not); the printed estimate (5.5 minutes on
 an H100) counts 50 ms a timing and 1.5 s a compilation. --top-tiles, the tile lists and --rounds
 shrink it.
 Writes OUT_DIR/tune_decode.json (rows + the environment) after every shape.
@@ -141,10 +142,11 @@ def estimate_seconds(args):
 def _time_all(configs, args, device, nbytes):
     """Time every configuration with an output once per round; fills ms and GB/s."""
     timed = [c for c in configs if "out" in c]
-    for _ in range(args.rounds):
-        for c in timed:
-            c["all_ms"].append(bench_time(c["fn"], device, rep_ms=args.rep_ms,
-                                          timer="cuda-graph")["ms"])
+    with torch.no_grad():
+        for _ in range(args.rounds):
+            for c in timed:
+                c["all_ms"].append(bench_time(c["fn"], device, rep_ms=args.rep_ms,
+                                              timer="cuda-graph")["ms"])
     for c in timed:
         c["row"]["ms"] = statistics.median(c["all_ms"])
         c["row"]["gb_per_s"] = nbytes / (c["row"]["ms"] * 1e-3) / 1e9
@@ -233,7 +235,10 @@ def print_table(rows):
               f"{r['splits']:6} {r['gb_per_s']:7.0f} {r['speedup']:7.3f} "
               f"{r['max_abs_diff']:9.2g} {r.get('ref_rel_err', math.nan):8.2g}"
               + ("" if r["correct"] else "  INCORRECT"))
-    best = min((r for r in rows if r.get("correct")), key=lambda r: r["ms"])
+    best = min((r for r in rows if r.get("correct")), key=lambda r: r["ms"], default=None)
+    if best is None:
+        print("BEST none: no configuration passed the checks", flush=True)
+        return
     print(f"BEST BLOCK_N {best['BLOCK_N']} stages {best['num_stages']} warps "
           f"{best['num_warps']} splits {best['splits']}: {best['gb_per_s']:.0f} GB/s, "
           f"{best['speedup']:.3f}x the default", flush=True)
