@@ -11,6 +11,9 @@ min(ceil(2 * SMs / programs), ceil(longest / 256), 64) ranges: about two program
 range at least 256 keys (below that the merge costs more than the parallelism gains). Ranges are
 whole key tiles, so the count may shrink to ceil(longest / range); each sequence's own keys are
 cut into that many ranges, so short sequences beside long ones are split as finely.
+
+Tiles: `decode_config`. The `tiles` keyword replaces them for tile sweeps
+(research/kernel_probes/tune_decode.py), and `launch_plan` says what a call will launch.
 """
 import functools
 
@@ -19,7 +22,8 @@ import torch
 from kernels.attention_inputs import resolve_scale
 from kernels.attention_launch import LOG2E, block_d_for, cdiv, launch_kernel
 from kernels.decode_inputs import (check_cache_contents, check_cache_seqlens, check_decode_tensors,
-                                   check_num_splits, check_window, tree_ancestors)
+                                   check_num_splits, check_tiles, check_window,
+                                   tree_ancestors)
 from kernels.decode_kernels import combine_splits_kernel, decode_kernel
 from kernels.torch_ops import interpreting
 
@@ -30,7 +34,7 @@ INTERPRETER_SMS = 8  # the SM count the split rule assumes under the CPU interpr
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), num_splits=0,
-                            block_table=None, tree_parents=None):
+                            block_table=None, tree_parents=None, tiles=None):
     """Attention of new queries over a KV cache; returns out (B, Nq, Hq, d) in q's dtype.
 
     q: (B, Nq, Hq, d). k_cache, v_cache: (B, capacity, Hkv, d), or with block_table (B,
@@ -56,6 +60,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     by the rule in this module's docstring, 1 means no split. The values of a cache_seqlens
     tensor and of block_table are checked with one device sync, except while a CUDA graph is
     being captured; tree_parents is read on the host.
+    tiles: for tile sweeps only, a dict with any of BLOCK_N, num_warps, num_stages replacing the
+    kernel's own choice (`decode_config`); the split count is then rounded to the new BLOCK_N.
     """
     capacity = check_decode_tensors(q, k_cache, v_cache, k, v, block_table)
     if torch.is_grad_enabled() and q.requires_grad:
@@ -63,6 +69,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
                          "it under torch.no_grad())")
     left, right = check_window(window_size)
     num_splits = check_num_splits(num_splits)
+    tiles = check_tiles(tiles)
     batch, n_q = q.shape[:2]
     n_new = 0 if k is None else k.shape[1]
     ancestors = None
@@ -80,7 +87,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     q, k, v = (x if x is None or x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     return _attend(q, k_cache, v_cache, k, v, per_batch, cache_len, longest,
                    resolve_scale(softmax_scale, q.shape[-1]), bool(causal), left, right,
-                   num_splits, block_table, ancestors)
+                   num_splits, block_table, ancestors, tiles)
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,16 +125,27 @@ def decode_config(block_d, rows):
     return dict(BLOCK_M=block_m, BLOCK_N=64, num_warps=4, num_stages=3)
 
 
+def launch_plan(q_shape, heads_kv, longest, device, num_splits=0, tiles=None):
+    """(config, row blocks, splits) of a call with q of shape q_shape (B, Nq, Hq, d) over
+    heads_kv K/V heads whose longest sequence attends `longest` keys, on `device`: the launch
+    config (decode_config, updated by `tiles`) and the decode kernel's grid."""
+    batch, n_q, heads, head_dim = q_shape
+    rows = n_q * (heads // heads_kv)
+    config = decode_config(block_d_for(head_dim), rows) | (tiles or {})
+    row_blocks = cdiv(rows, config["BLOCK_M"])
+    splits = split_count(num_splits, batch * heads_kv * row_blocks, longest, config["BLOCK_N"],
+                         sm_count(device))
+    return config, row_blocks, splits
+
+
 def _attend(q, k_cache, v_cache, k, v, per_batch, cache_len, longest, scale, causal, left, right,
-            num_splits, block_table, ancestors):
+            num_splits, block_table, ancestors, tiles):
     batch, n_q, heads, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     group = heads // heads_kv
     block_d = block_d_for(head_dim)
-    config = decode_config(block_d, n_q * group)
-    row_blocks = cdiv(n_q * group, config["BLOCK_M"])
-    splits = split_count(num_splits, batch * heads_kv * row_blocks, longest, config["BLOCK_N"],
-                         sm_count(q.device))
+    config, row_blocks, splits = launch_plan(q.shape, heads_kv, longest, q.device, num_splits,
+                                             tiles)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     n_rows = batch * n_q * heads
     o_part = lse_part = None

@@ -95,6 +95,28 @@ def check_num_splits(num_splits):
     return num_splits
 
 
+TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages")
+
+
+def check_tiles(tiles):
+    """tiles (a tile sweep's override of the decode kernel's launch config) as a dict of
+    TILE_KEYS: BLOCK_N a power of 2 in [16, 256], num_warps in 1..16 a power of 2, num_stages in
+    [1, 8]; None stays None."""
+    if tiles is None:
+        return None
+    if not isinstance(tiles, dict) or not set(tiles) <= set(TILE_KEYS):
+        raise ValueError(f"tiles must be None or a dict with keys among {', '.join(TILE_KEYS)}, "
+                         f"got {tiles!r}")
+    ranges = {"BLOCK_N": (16, 256, True), "num_warps": (1, 16, True), "num_stages": (1, 8, False)}
+    for key, value in tiles.items():
+        low, high, power_of_2 = ranges[key]
+        if (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+                or (power_of_2 and value & (value - 1))):
+            kind = "a power of 2 " if power_of_2 else "an int "
+            raise ValueError(f"tiles[{key!r}] must be {kind}in [{low}, {high}], got {value!r}")
+    return dict(tiles)
+
+
 def tree_ancestors(tree_parents, n_q, n_new, device):
     """(n_q, n_q) uint8 matrix, [i, j] = 1 where draft token j is token i or an ancestor of it,
     from parents (parents[i] < i, -1 for a root)."""

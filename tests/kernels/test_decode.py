@@ -46,6 +46,7 @@ def _run(q, k_cache, v_cache, tol=TOL32, **kwargs):
     kc, vc = k_cache.clone(), v_cache.clone()
     out = flash_attn_with_kvcache(q, kc, vc, **kwargs)
     kwargs.pop("num_splits", None)
+    kwargs.pop("tiles", None)
     ref = reference_attention_with_kvcache(q, k_cache, v_cache, **kwargs)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert torch.isfinite(out).all(), "output has NaN/inf"
@@ -269,6 +270,44 @@ def test_split_rule():
     assert decode.split_count(0, 1, 0, 64, 132) == 1  # an empty cache
 
 
+@pytest.mark.parametrize("tiles,num_splits,splits", [
+    (dict(BLOCK_N=32, num_warps=8, num_stages=2), 3, 3),
+    (dict(BLOCK_N=64), 1, 1),
+    (dict(num_stages=3), 7, 5),  # 7 ranges of 22 keys round up to 5 of two 16-key tiles
+])
+def test_tile_override_gives_the_default_result(monkeypatch, tiles, num_splits, splits):
+    """A sweep's tiles and split count reach the launch and change only fp32 rounding."""
+    launched = []
+    real = decode.launch_kernel
+    monkeypatch.setattr(decode, "launch_kernel", lambda kernel, grid, args, config, **flags: (
+        launched.append((grid, config)), real(kernel, grid, args, config, **flags))[1])
+    torch.manual_seed(10)
+    q = torch.randn(2, 1, 8, 32)
+    k_cache, v_cache = _cache(2, 150, 2, 32)
+    k, v = torch.randn(2, 2, 1, 2, 32)
+    default, _, _ = _run(q, k_cache, v_cache, k=k, v=v, cache_seqlens=149)
+    swept, _, _ = _run(q, k_cache, v_cache, k=k, v=v, cache_seqlens=149, num_splits=num_splits,
+                       tiles=tiles)
+    torch.testing.assert_close(swept, default, atol=TOL32, rtol=TOL32)
+    (grid, config), plan = launched[-1], decode.launch_plan(q.shape, 2, 150, q.device,
+                                                            num_splits, tiles)
+    assert config == plan[0] and config.items() >= tiles.items()
+    assert grid[0] == plan[2] == splits
+    assert launched[0][1]["BLOCK_N"] == 16 and launched[0][0][0] == 1  # the default's
+
+
+def test_launch_plan_follows_the_split_rule():
+    config, row_blocks, splits = decode.launch_plan((1, 1, 32, 128), 4, 16384,
+                                                    torch.device("cpu"))
+    # 4 programs on the interpreter's 8 SMs: about two per SM
+    assert (config["BLOCK_M"], config["BLOCK_N"], row_blocks, splits) == (16, 16, 1, 4)
+    config, _, splits = decode.launch_plan((1, 3, 32, 128), 8, 1000, torch.device("cpu"), 0,
+                                           dict(BLOCK_N=128))
+    assert config["BLOCK_N"] == 128 and splits == 1  # 8 programs fill the interpreter's 8 SMs
+    assert decode.launch_plan((1, 1, 4, 16), 1, 1000, torch.device("cpu"), 5,
+                              dict(BLOCK_N=256))[2] == 4  # one split per 256-key tile at most
+
+
 def test_splits_for_the_capacity_cover_short_sequences(monkeypatch):
     """Where the lengths are not read (CUDA graph capture) the split count follows the capacity;
     every sequence is then cut into that many ranges of its own length."""
@@ -324,6 +363,13 @@ BAD_INPUTS = [
     (dict(window_size=3), ValueError, "window_size must be a pair"),
     (dict(num_splits=-1), ValueError, "num_splits must be an int >= 0"),
     (dict(num_splits=2.0), ValueError, "num_splits must be an int >= 0"),
+    (dict(tiles=dict(BLOCK_M=32)), ValueError, "tiles must be None or a dict with keys among"),
+    (dict(tiles=(64, 3, 4)), ValueError, "tiles must be None or a dict"),
+    (dict(tiles=dict(BLOCK_N=48)), ValueError, r"tiles\['BLOCK_N'\] must be a power of 2 in "
+     r"\[16, 256\], got 48"),
+    (dict(tiles=dict(num_warps=32)), ValueError, r"tiles\['num_warps'\] must be a power of 2"),
+    (dict(tiles=dict(num_stages=0)), ValueError, r"tiles\['num_stages'\] must be an int in "
+     r"\[1, 8\], got 0"),
     (dict(block_table=T([[0, 1]], dtype=torch.int32)), ValueError,
      r"block_table must be a \(batch=2, max_blocks\)"),
     (dict(block_table=T([[0, 1], [2, 3]])), TypeError, "block_table must be int32"),
