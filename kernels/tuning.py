@@ -61,8 +61,9 @@ _DKDV_WINDOW = {128: (32, 64, 4, 3)}
 _DQ_WINDOW = {64: (64, 32, 4, 3), 128: (64, 64, 4, 2)}
 
 
-def _narrow(window_span, dropout):
-    return 0 < window_span <= NARROW_WINDOW and not dropout
+def _narrow(window_span, dropout, sparse):
+    """Whether a call takes the narrow-window tiles: dense, a narrow window, no dropout."""
+    return 0 < window_span <= NARROW_WINDOW and not (dropout or sparse)
 
 
 def _bucket(block_d):
@@ -91,7 +92,7 @@ def forward_config(block_d, causal, sparse=False, seqlen_q=None, dropout=False, 
     descriptors)."""
     if interpreting():
         return _interpreter_config()
-    if _narrow(window_span, dropout) and not sparse:
+    if _narrow(window_span, dropout, sparse):
         return _config({**_FORWARD, **_FORWARD_WINDOW}, block_d)
     table = _FORWARD
     short = causal and seqlen_q is not None and seqlen_q <= SHORT_SEQLEN
@@ -124,7 +125,7 @@ def backward_configs(block_d, atomic=False, sparse=False, seqlen_q=None, dropout
         return _interpreter_config(), _interpreter_config()
     if atomic:
         return _config(_DKDV, block_d), None
-    if _narrow(window_span, dropout) and not sparse:
+    if _narrow(window_span, dropout, sparse):
         return (_config({**_DKDV, **_DKDV_WINDOW}, block_d),
                 _config({**_DQ, **_DQ_WINDOW}, block_d))
     if sparse:
