@@ -108,11 +108,12 @@ class Ours:
         return entry.get("status", "?") if entry else "not run"
 
     def metric(self, run: str, metric: str, where: dict | None = None) -> float | None:
-        """The value of recipe metric `metric` for `run` (None when absent or not ok)."""
+        """The value of recipe metric `metric` for `run` (None when absent or not ok; a metric
+        marked `so_far: true`, measured while training, also from a paused run)."""
         entry = self.runs.get(run)
-        if not entry or entry.get("status") != "ok":
-            return None
         spec = self.recipe.metrics[metric]
+        if not entry or entry.get("status") not in (("ok", "paused") if spec.get("so_far") else ("ok",)):
+            return None
         values = self.values(entry, spec, where)
         if not values:
             return None
@@ -165,9 +166,10 @@ class Ours:
         value = self.metric(run, metric, where)
         if value is not None:
             return value, ""
-        status = self.status(run)
-        if status == "ok" and "reach" in self.recipe.metrics[metric]:
-            return self.time_to_reach(self.runs[run], self.recipe.metrics[metric]["reach"])
+        status, spec = self.status(run), self.recipe.metrics[metric]
+        if "reach" in spec and (status == "ok" or status == "paused" and spec.get("so_far")):
+            value, why = self.time_to_reach(self.runs[run], spec["reach"])
+            return value, (f"{why} (paused)" if status == "paused" else why)
         return None, {"ok": "n/a", "oom": "OOM", "not run": "not run"}.get(status, status)
 
 

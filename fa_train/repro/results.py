@@ -240,13 +240,17 @@ def _hosts(data):
     return f"\n_{', '.join(data['host']['gpus'])}; {data['updated'][:10]}._"
 
 
-def _metric(run, key, spec, scale=1):
+def _metric(run, key, spec, scale=1, so_far=False):
+    """A run's metric as text; `so_far`: a value measured while training (steps, throughput)
+    is shown for a paused run too, marked as such."""
     if run is None:
         return "not run"
-    if run.get("status") != "ok":
-        return run.get("status")
+    status = run.get("status")
+    if status != "ok" and not (so_far and status == "paused"):
+        return status
     value = (run.get("metrics") or {}).get(key)
-    return "–" if value is None else format(scale * value, spec)
+    text = "–" if value is None else format(scale * value, spec)
+    return text if status == "ok" else f"{text} (paused)"
 
 
 def context_sweep():
@@ -292,8 +296,9 @@ def lra():
         cells = []
         for i in impls:
             run = runs.get((task, i))
-            cells += [_metric(run, "test/acc", ".1f", scale=100), _metric(run, "global_step", ".0f"),
-                      _metric(run, "tokens_per_sec_per_device", ",.0f")]
+            cells += [_metric(run, "test/acc", ".1f", scale=100),
+                      _metric(run, "global_step", ".0f", so_far=True),
+                      _metric(run, "tokens_per_sec_per_device", ",.0f", so_far=True)]
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     lines.append(_hosts(data))
     path = "reports/table6_pathx/gpu/results.json"
@@ -358,11 +363,24 @@ def _glance_row(recipe) -> str:
     fmt = (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec)
     shown = " / ".join(fmt_value(v, fmt) if v is not None else why or MISSING for v, why in cells)
     gpus = sorted({g.split(",")[0] for g in (ours.data.get("host") or {}).get("gpus") or []})
-    where = f"{', '.join(gpus) or MISSING}, {str(ours.data.get('updated', ''))[:10]}"
+    where = f"{', '.join(gpus) or MISSING}, {_cell_date(ours, table, orows, ocol, columns)[:10]}"
     link = f"[{recipe.name}/{scale}](reports/{recipe.name}/{scale}/report.md)"
     label = spec["ours"].get("label") or " / ".join(orows)
     return (f"| {title} | {paper} | {label}, {ocol}: {shown}{_unit(units.get(ocol))}"
             f" | {where} | {link} |")
+
+
+def _cell_date(ours, table: dict, rows: list[str], column: str, columns: list[str]) -> str:
+    """When the runs behind a glance cell finished (the latest of them); the results file's last
+    update for cells no single run fills (derived columns)."""
+    from fa_train.repro.report import _cells
+    names = []
+    for row in rows:
+        cell = _cells((table.get("rows") or {}).get(row), columns).get(column) or {}
+        run = cell.get("run", [])
+        names += run if isinstance(run, list) else [run]
+    dates = [str((ours.runs.get(n) or {}).get("finished") or "") for n in names]
+    return max(dates) if dates and all(dates) else str(ours.data.get("updated", ""))
 
 
 def glance_table() -> list[str]:

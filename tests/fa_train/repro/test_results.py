@@ -97,3 +97,25 @@ def test_glance_shows_several_rows_side_by_side(mini_recipe, tmp_path, monkeypat
                                                   "updated": "2026-01-02", "runs": runs}))
     row = results._glance_row(mini_recipe)
     assert "both runs, ppl: 30.00 / paused" in row and "reports/mini/gpu/report.md" in row
+
+
+def test_glance_date_is_when_the_cells_runs_finished(mini_recipe, tmp_path, monkeypatch):
+    """A results file updated later by other runs keeps the date of the run the glance cell shows."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    cell = {"row": "Baseline", "column": "ppl"}
+    mini_recipe.data["report"]["glance"] = {"paper": cell, "ours": cell}
+    out = tmp_path / "reports" / "mini" / "gpu"
+    out.mkdir(parents=True)
+    runs = {"base": {"kind": "train", "run_dir": "base", "status": "ok", "finished": "2026-01-02T10:00",
+                     "metrics": {"val/ppl": 30.0}},
+            "fast": {"kind": "train", "run_dir": "fast", "status": "paused", "finished": "2026-03-04T10:00",
+                     "metrics": {}}}
+    (out / "results.json").write_text(json.dumps({"host": {"gpus": ["H100, 80 GiB"]},
+                                                  "updated": "2026-03-04T10:00", "runs": runs}))
+    row = results._glance_row(mini_recipe)
+    assert ": 30.00" in row and "| H100, 2026-01-02 |" in row
+    del runs["base"]["finished"]                  # no run date: the file's
+    (out / "results.json").write_text(json.dumps({"host": {"gpus": ["H100, 80 GiB"]},
+                                                  "updated": "2026-03-04T10:00", "runs": runs}))
+    assert "| H100, 2026-03-04 |" in results._glance_row(mini_recipe)
