@@ -1,4 +1,5 @@
 """Runner logic with a fake executor: results.json, resume, failures, OOM, timeouts, CLI, jobs."""
+import io
 import json
 import threading
 import time
@@ -131,8 +132,10 @@ def test_a_paused_run_without_its_checkpoint_starts_over(mini_recipe, tmp_path):
     run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause"}),
                console=quiet(), only=["base"])
     (out / "base" / "checkpoints" / "last.ckpt").unlink()
-    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor(), console=quiet(),
-                      only=["base"])
+    said = io.StringIO()
+    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor(),
+                      console=Console(file=said, width=200), only=["base"])
+    assert "checkpoint is gone: starting again from step 0" in said.getvalue()
     assert "resume" not in data["runs"]["base"]["overrides"]
     assert data["runs"]["base"]["stretches"] == 1
 
