@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fa_train.attention import build_attention
-from fa_train.errors import check_choice, check_float, check_int, check_model_shape
+from fa_train.errors import UserError, check_choice, check_float, check_int, check_model_shape
 from fa_train.models.encoder import Encoder, encoder_flops_shape, init_bert_weights
 
 
@@ -98,6 +98,10 @@ class SequenceClassifier(nn.Module):
             check_int("model.vocab_size", cfg.vocab_size)
         for key in ("dropout", "attn_dropout"):
             check_float(f"model.{key}", getattr(cfg, key), 0.0, 1.0, high_open=True)
+        if cfg.image_size is not None and check_int("model.image_size", cfg.image_size) ** 2 != cfg.max_seq_len:
+            raise UserError(f"model.image_size={cfg.image_size} is a grid of {cfg.image_size ** 2} "
+                            f"positions but sequences have {cfg.max_seq_len} (model.max_seq_len); "
+                            "leave model.image_size null to take the data's")
         self.config = cfg
         d = cfg.d_model
         self.attention = build_attention(  # the CLS token adds a position

@@ -11,6 +11,7 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
         experiment: gpt2/small         # configs/experiment/<experiment>.yaml
         overrides: {attention: flash, data.seq_len: 1024}   # the attention matrix: one run each
         labels: {model: GPT-2 small, impl: flash}   # free-form, used by reports and plots
+        # init_from: small-pretrain    # start from an earlier run's final weights (transfer)
       - name: attention
         kind: bench                    # `fa-bench <subcommand> --out DIR <args>`
         subcommand: attention
@@ -47,7 +48,8 @@ BENCH_SUBCOMMANDS = ("attention", "blocksparse", "blocksize", "io")
 REQUIRED_KEYS = ("name", "title", "description", "runs", "scales", "metrics", "paper", "report")
 SCALE_KEYS = {"hardware", "measures", "runs", "train_overrides", "bench_args", "per_run",
               "timeout_s", "paper_settings"}
-RUN_KEYS = {"name", "kind", "experiment", "overrides", "subcommand", "args", "labels", "timeout_s"}
+RUN_KEYS = {"name", "kind", "experiment", "overrides", "subcommand", "args", "labels", "timeout_s",
+            "init_from"}
 PAPER_REQUIRED = ("source", "label", "hardware", "tables")
 CLAIM_DERIVES = ("crossover", "fastest", "oom")          # report.claims: fa_train.repro.claims
 CLAIM_EXPECTS = ("at_least", "at_most", "between", "equals")
@@ -83,6 +85,7 @@ class Run:
     args: dict[str, Any] = field(default_factory=dict)        # flag -> value (bench)
     labels: dict[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None
+    init_from: str | None = None   # the run of this recipe whose final weights this one starts from
 
     def hydra_overrides(self) -> list[str]:
         """`key=value` strings for Hydra, experiment first."""
@@ -206,6 +209,7 @@ class Recipe:
                 subcommand=raw.get("subcommand"), overrides=overrides, args=args,
                 labels=dict(raw.get("labels") or {}),
                 timeout_s=extra.get("timeout_s", raw.get("timeout_s", sc.get("timeout_s"))),
+                init_from=raw.get("init_from"),
             ))
         return out
 
@@ -271,6 +275,12 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
         for key in ("overrides", "args", "labels"):
             if run.get(key) is not None and not isinstance(run[key], dict):
                 p.append(f"{where}: `{key}` must be a mapping")
+        source = run.get("init_from")
+        if source is not None:
+            earlier = {r.get("name"): r.get("kind") for r in d["runs"][:i] if isinstance(r, dict)}
+            if kind != "train" or earlier.get(source) != "train":
+                p.append(f"{where}: init_from must name an earlier train run of this recipe, "
+                         f"got {source!r}")
     if not names:
         p.append("`runs` is empty")
     if len(set(names)) != len(names):
@@ -296,6 +306,12 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
         for n in list(sc.get("runs") or []) + list(sc.get("per_run") or {}):
             if n not in names:
                 p.append(f"{where}: refers to unknown run {n!r}")
+        chosen = set(sc.get("runs") or names)
+        for run in d["runs"] or []:
+            if isinstance(run, dict) and run.get("name") in chosen and run.get("init_from") \
+                    and run["init_from"] not in chosen:
+                p.append(f"{where}: runs {run['name']!r} but not {run['init_from']!r}, "
+                         f"whose weights it starts from")
         if sc.get("runs") is not None and not sc["runs"]:
             p.append(f"{where}: `runs` is empty")
     paper = d["paper"] or {}

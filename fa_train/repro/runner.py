@@ -10,6 +10,10 @@ Statuses: ``ok``, ``oom`` (a result, not a crash: the run did not fit), ``paused
 stopped by ``--pause-after``, its checkpoint kept), ``failed``, ``timeout``, ``dry-run``. A run whose
 entry says ``ok`` and whose result file still exists is skipped when the recipe is run again; a
 paused run continues from its checkpoint (``resume=<run folder>``); every other status is retried.
+
+A run with ``init_from: SOURCE`` (transfer, e.g. Path-64 -> Path-X) starts from SOURCE's final
+weights (``init_from=<out>/SOURCE``): it runs after SOURCE, whose checkpoint is kept for it, and
+waits (no entry) while SOURCE is not ok.
 """
 from __future__ import annotations
 
@@ -320,16 +324,42 @@ def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
 
 def with_session_overrides(run: Run, run_dir: Path, resuming: bool,
                            pause_after: float | None) -> Run:
-    """The run with this invocation's own keys: ``resume`` (continue the paused run in
-    `run_dir`) and ``pause_after`` (minutes); other kinds of run are returned unchanged."""
+    """The run with this invocation's own keys: ``init_from`` (its source run's folder beside
+    `run_dir`), ``resume`` (continue the paused run in `run_dir`) and ``pause_after`` (minutes);
+    other kinds of run are returned unchanged."""
     if run.kind != "train":
         return run
     extra: dict[str, Any] = {}
+    if run.init_from:
+        extra["init_from"] = str(run_dir.parent / run.init_from)
     if resuming:
         extra["resume"] = str(run_dir)
     if pause_after is not None:
         extra["pause_after"] = pause_after
     return replace(run, overrides={**run.overrides, **extra}) if extra else run
+
+
+def source_ready(results: "Results", run: Run, out: Path) -> str:
+    """Why `run` cannot start yet ('' when it can): its init_from source must be ok with its
+    checkpoint kept."""
+    if not run.init_from:
+        return ""
+    entry = results.run(run.init_from)
+    status = entry.get("status") if entry else "not run"
+    if status != "ok":
+        return f"waits for {run.init_from} ({status})"
+    if not (out / run.init_from / "checkpoints" / "last.ckpt").is_file():
+        return f"waits for {run.init_from} (ok, but its checkpoint is gone: run it again with --force)"
+    return ""
+
+
+def waves(runs: list[Run]) -> list[list[Run]]:
+    """`runs` in waves that can run at once: each run after the run its weights start from."""
+    depth: dict[str, int] = {}
+    by_name = {r.name: r for r in runs}
+    for r in runs:   # recipe order puts sources first
+        depth[r.name] = depth.get(r.init_from, -1) + 1 if r.init_from in by_name else 0
+    return [[r for r in runs if depth[r.name] == d] for d in sorted(set(depth.values()))]
 
 
 def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
@@ -343,7 +373,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     accuracy studies of small models, not for timings; each entry records `concurrent_runs`).
 
     Training checkpoints (checkpoints/ in each run folder; GBs at the gpu scale) are deleted
-    after each run unless `keep_checkpoints`: a recipe keeps metrics, not weights.
+    after each run unless `keep_checkpoints` or another run starts from them (`init_from`): a
+    recipe keeps metrics, not weights.
 
     `pause_after` (minutes) pauses each training run after that much wall time; the paused run
     keeps its checkpoint, and running the recipe again continues it where it stopped."""
@@ -361,7 +392,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                   f"scale [cyan]{scale}[/] ({sc['hardware']}); {len(runs)} run(s) -> {out}")
     if dry_run:
         for i, run in enumerate(runs, 1):
-            cmd = " ".join(run.command(out / run.name))
+            planned = with_session_overrides(run, out / run.name, False, pause_after)
+            cmd = " ".join(planned.command(out / run.name))
             done = is_done(results.run(run.name), run, out / run.name)
             console.print(f"[{i}/{len(runs)}] {run.name}{' (done, would skip)' if done else ''}\n"
                           f"    {cmd}", highlight=False, soft_wrap=True)
@@ -375,6 +407,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         console.print("CPU run: TRITON_INTERPRET=1 (Triton kernels run interpreted)")
     counts: dict[str, int] = {}
     lock = threading.Lock()   # results.json and the counts are shared by concurrent runs
+    sources = {r.init_from for r in recipe.runs(scale) if r.init_from}   # checkpoints kept for them
 
     def one(i: int, run: Run) -> None:
         run_dir = out / run.name
@@ -387,6 +420,12 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                 console.print(f"{prefix}: [green]ok[/] (done before, skipped)")
                 counts["skipped"] = counts.get("skipped", 0) + 1
                 return
+        waiting = source_ready(results, run, out)
+        if waiting:
+            console.print(f"{prefix}: {waiting}", highlight=False)
+            with lock:
+                counts["waiting"] = counts.get("waiting", 0) + 1
+            return
         resuming = resumable(prior, run, run_dir) and not force
         run = with_session_overrides(run, run_dir, resuming, pause_after)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -409,7 +448,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         duration = time.perf_counter() - t0
         metrics = collect_metrics(run, run_dir)
         status, error = classify(outcome, metrics, bool(result_files(run, run_dir)))
-        if not keep_checkpoints and status != "paused":
+        if not keep_checkpoints and status != "paused" and run.name not in sources:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         if resuming:   # one run in several stretches: its first start, the sum of their durations
             started = prior.get("started", started)
@@ -430,13 +469,15 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         console.print(f"{prefix}: [{colour}]{status}[/] in {duration:.1f} s"
                       + (f" — {error}" if error else ""), highlight=False)
 
-    if jobs > 1:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for f in [pool.submit(one, i, run) for i, run in enumerate(runs, 1)]:
-                f.result()
-    else:
-        for i, run in enumerate(runs, 1):
-            one(i, run)
+    number = {run.name: i for i, run in enumerate(runs, 1)}
+    for wave in waves(runs):
+        if jobs > 1:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                for f in [pool.submit(one, number[run.name], run) for run in wave]:
+                    f.result()
+        else:
+            for run in wave:
+                one(number[run.name], run)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
     console.print(f"[bold]{recipe.name}/{scale}[/]: {summary}; results in {results.path}")
     return results.data

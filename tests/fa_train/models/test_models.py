@@ -4,6 +4,7 @@ import os
 import pytest
 import torch
 
+from fa_train.errors import UserError
 from fa_train.models import (GPT, BertForPreTraining, LongDocClassifier, LRAClassifier,
                              load_with_position_interpolation, resize_position_table)
 from fa_train.models.gpt import GPT2_PRESETS
@@ -149,6 +150,12 @@ def test_position_table_interpolation_for_path_transfer():
     assert dst.pos_table.shape == (64, 32)
     const = torch.ones(16, 5)
     torch.testing.assert_close(resize_position_table(const, 8), torch.ones(64, 5))
+
+
+def test_image_size_must_match_the_sequence_length():
+    with pytest.raises(UserError, match=r"model.image_size=128 is a grid of 16384 positions but "
+                                        r"sequences have 64 \(model.max_seq_len\)"):
+        _lra(image_size=128)
 
 
 def test_longdoc_repeats_position_table():

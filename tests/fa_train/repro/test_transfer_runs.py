@@ -1,0 +1,101 @@
+"""Runs that start from another run's weights (`init_from`: Path-64 -> Path-X transfer)."""
+import io
+import json
+import textwrap
+
+import pytest
+from rich.console import Console
+
+from fa_train.repro.recipe import RecipeError
+from fa_train.repro.runner import Outcome, run_recipe
+
+TRANSFER = textwrap.dedent("""
+    name: transfer
+    title: "Transfer — a recipe for tests"
+    description: a pretraining run and a run that starts from its weights
+    runs:
+      - {name: pre, kind: train, experiment: lra/pathfinder64}
+      - {name: tuned, kind: train, experiment: lra/pathx, init_from: pre}
+      - {name: alone, kind: train, experiment: lra/pathx}
+    scales:
+      smoke: {hardware: "CPU", measures: "wiring"}
+      gpu: {hardware: "one GPU", measures: "speed", runs: [pre, tuned]}
+      full: {hardware: "one GPU", measures: "accuracy"}
+    metrics:
+      acc: {keys: [test/acc]}
+    paper:
+      source: "a test"
+      label: "paper's numbers"
+      hardware: "A100"
+      tables: {t: {caption: "T", unit: "%", columns: [acc], rows: {Flash: [61.4]}}}
+    report:
+      tables: [{paper_table: t, rows: {Flash: tuned}, columns: {acc: {metric: acc}}}]
+""")
+
+
+class Trainer:
+    """Fake training runs: each writes metrics.json and a checkpoint, or fails when told to."""
+
+    def __init__(self, fail=()):
+        self.fail, self.calls = set(fail), []
+
+    def __call__(self, run, run_dir, timeout_s):
+        self.calls.append((run.name, dict(run.overrides)))
+        if run.name in self.fail:
+            return Outcome(1, "ValueError: broken\n")
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+        (run_dir / "metrics.json").write_text(json.dumps({"status": "ok", "test/acc": 0.6}))
+        return Outcome(0, "")
+
+
+def _run(make_recipe, out, trainer, **kw):
+    said = io.StringIO()
+    data = run_recipe(make_recipe("transfer", TRANSFER), "smoke", out, executor=trainer,
+                      console=Console(file=said, width=200), **kw)
+    return data, said.getvalue()
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_a_run_starts_from_its_sources_kept_checkpoint(make_recipe, tmp_path, jobs):
+    out = tmp_path / "out"
+    trainer = Trainer()
+    data, _ = _run(make_recipe, out, trainer, jobs=jobs)
+    order = [name for name, _ in trainer.calls]
+    assert order.index("pre") < order.index("tuned")
+    overrides = dict(trainer.calls)
+    assert overrides["tuned"]["init_from"] == str(out / "pre")
+    assert "init_from" not in overrides["pre"] and "init_from" not in overrides["alone"]
+    assert data["runs"]["tuned"]["overrides"]["init_from"] == str(out / "pre")
+    assert (out / "pre" / "checkpoints" / "last.ckpt").is_file()         # kept for tuned
+    assert not (out / "tuned" / "checkpoints").exists()                   # nobody starts from it
+    assert not (out / "alone" / "checkpoints").exists()
+
+
+def test_a_run_waits_while_its_source_is_not_ok(make_recipe, tmp_path):
+    out = tmp_path / "out"
+    data, said = _run(make_recipe, out, Trainer(fail={"pre"}))
+    assert data["runs"]["pre"]["status"] == "failed" and "tuned" not in data["runs"]
+    assert "tuned: waits for pre (failed)" in said
+    trainer = Trainer()
+    data, _ = _run(make_recipe, out, trainer)          # the source fixed: both run now
+    assert [n for n, _ in trainer.calls] == ["pre", "tuned"]
+    assert data["runs"]["tuned"]["status"] == "ok"
+
+
+def test_a_source_without_its_checkpoint_is_named(make_recipe, tmp_path):
+    out = tmp_path / "out"
+    _run(make_recipe, out, Trainer(), only=["pre"])
+    (out / "pre" / "checkpoints" / "last.ckpt").unlink()
+    data, said = _run(make_recipe, out, Trainer(), only=["tuned"])
+    assert "tuned" not in data["runs"]
+    assert "waits for pre (ok, but its checkpoint is gone: run it again with --force)" in said
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("init_from: pre}", "init_from: later}"), "init_from must name an earlier train run"),
+    (("runs: [pre, tuned]", "runs: [tuned]"), "runs 'tuned' but not 'pre'"),
+])
+def test_bad_sources_are_named(make_recipe, edit, message):
+    with pytest.raises(RecipeError, match=message):
+        make_recipe("transfer", TRANSFER.replace(*edit))
