@@ -174,7 +174,8 @@ class SequenceClassifier(nn.Module):
         m = mask.to(h.dtype).unsqueeze(-1)
         return (h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
 
-    def encode(self, input_ids, attention_mask=None):
+    def hidden(self, input_ids, attention_mask=None):
+        """(encoder states (B, N, d) — N + 1 rows with a CLS token first —, the key mask used)."""
         mask = attention_mask.to(torch.bool) if attention_mask is not None else None
         if self.config.mask_pad_tokens:
             real = input_ids != self.config.pad_token_id
@@ -182,8 +183,15 @@ class SequenceClassifier(nn.Module):
         x, mask = self.embed_tokens(input_ids, mask)
         if mask is not None and bool(mask.all()):
             mask = None
-        h = self.encoder(x, key_padding_mask=mask)
-        return self.pool(h, mask)
+        return self.encoder(x, key_padding_mask=mask), mask
+
+    def encode(self, input_ids, attention_mask=None):
+        return self.pool(*self.hidden(input_ids, attention_mask))
+
+    def token_logits(self, h):
+        """Logits over the token vocabulary from encoder states, through the input embedding
+        (tied, as BERT's masked-LM head): self-pretraining needs no weights of its own."""
+        return F.linear(h, self.embed.weight)
 
     def forward(self, input_ids, attention_mask=None):
         """input_ids (B, N) -> logits (B, C); two towers: (B, 2, N) -> logits (B, C)."""
@@ -199,8 +207,12 @@ class SequenceClassifier(nn.Module):
 def load_with_position_interpolation(model: SequenceClassifier, state_dict: dict,
                                      mode: str = "bicubic") -> SequenceClassifier:
     """Load weights trained at another image size (e.g. Path-64 -> Path-X): the learned position
-    grid is interpolated to the model's image size; the CLS row (cls_pos) is kept."""
+    grid is interpolated to the model's image size; the CLS row (cls_pos) is kept. Embedding rows
+    past the model's vocabulary (the mask id of self-pretraining) are dropped."""
     sd = dict(state_dict)
+    rows = model.embed.weight.shape[0]
+    if model.config.input_type == "token" and sd.get("embed.weight", torch.empty(0)).shape[0] > rows:
+        sd["embed.weight"] = sd["embed.weight"][:rows]
     key = next((k for k in sd if k.endswith("pos_table")), None)
     if key is not None and sd[key].shape != model.pos_table.shape:
         side = model.config.image_size or int(round(math.sqrt(model.config.max_seq_len)))
