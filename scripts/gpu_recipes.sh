@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Run recipes at the gpu scale, one after another, within a time budget; then render their reports
-# and pack the result folders (checkpoints excluded) into OUT/reports.tar.gz. Runs resume: a run
-# that finished is skipped next time; one cut off by the budget runs again.
+# and pack the result folders into OUT/reports.tar.gz: checkpoints excluded, except kept ones
+# (paused runs, transfer sources) of at most CKPT_MB (default 16), so that they can continue on
+# another host. Runs resume: a run that finished is skipped next time; one cut off by the budget
+# runs again; a paused one continues.
 # Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
 #   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu);
-#   IN_PROCESS=1 runs them in one Python process (no start-up per run; for sweeps of short runs).
+#   IN_PROCESS=1 runs them in one Python process (no start-up per run; for sweeps of short runs);
+#   JOBS=N runs N at once (accuracy studies); PAUSE_AFTER=MINUTES pauses each training run.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
 budget=${2:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
@@ -25,7 +28,8 @@ for spec in "$@"; do
     left=$(( end - $(date +%s) ))
     if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
     timeout -k 10 "$left" "$python" -m fa_train.repro.cli run "$recipe" --scale "$scale" --no-report \
-        "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} > "$out/$recipe.log" 2>&1
+        "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} ${JOBS:+--jobs "$JOBS"} \
+        ${PAUSE_AFTER:+--pause-after "$PAUSE_AFTER"} > "$out/$recipe.log" 2>&1
     echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30
     pkill -f fa_train.train || true
 done
@@ -33,4 +37,7 @@ for spec in "$@"; do
     "$python" -m fa_train.repro.cli report "${spec%%:*}" --scale "$scale" > /dev/null 2>&1 \
         || echo "report failed: $spec"
 done
-tar czf "$out/reports.tar.gz" --exclude='*.ckpt' --exclude=checkpoints "${folders[@]}"
+tar cf "$out/reports.tar" --exclude='*.ckpt' --exclude=checkpoints "${folders[@]}"
+find "${folders[@]}" -path '*/checkpoints/last.ckpt' -size -"$(( ${CKPT_MB:-16} * 1024 + 1 ))"k \
+    -exec tar rf "$out/reports.tar" {} + 2>/dev/null
+gzip -f "$out/reports.tar"

@@ -38,3 +38,26 @@ def test_runs_a_recipe_subset_then_resumes_and_packs(tmp_path):
     with tarfile.open(tmp_path / "out/reports.tar.gz") as tar:
         results = json.load(tar.extractfile("reports/table2_gpt2/smoke/results.json"))
     assert results["runs"]["small-standard"]["executor"] == "InProcessExecutor"
+
+
+@pytest.mark.timeout(400)
+def test_paused_runs_travel_with_their_small_checkpoints(tmp_path):
+    env = dict(os.environ, SCALE="smoke", PYTHON=sys.executable, PYTHONPATH=str(REPO),
+               PAUSE_AFTER="0.0001")
+    env.pop("TRITON_INTERPRET", None)
+
+    def packed(**flags):
+        res = subprocess.run(["bash", str(REPO / "scripts/gpu_recipes.sh"), str(tmp_path / "out"),
+                              "240", "table2_gpt2:small-standard"],
+                             cwd=tmp_path, env=env | flags, capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        with tarfile.open(tmp_path / "out/reports.tar.gz") as tar:
+            return res.stdout, set(tar.getnames())
+
+    said, names = packed()
+    assert "small-standard: paused" in said
+    assert "reports/table2_gpt2/smoke/small-standard/checkpoints/last.ckpt" in names
+    said, names = packed(CKPT_MB="0")
+    assert "small-standard: continuing from its checkpoint" in said
+    assert not any(name.endswith(".ckpt") for name in names)
