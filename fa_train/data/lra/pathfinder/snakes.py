@@ -107,7 +107,7 @@ class Tables:
         self.angles = [flip(a) for a in ring_heading] + seed_angles
         self.headings = ring_heading + seed_angles
         self._stamps: dict[float, Stamp] = {}
-        self.half = half = L + int(math.ceil(p.paddle_thickness)) + margin
+        half = L + int(math.ceil(p.paddle_thickness)) + margin  # every stamp's half size
         disk = disk_offsets(margin)
         # a pixel can refuse a candidate's paddle only where even full occupancy (1.0) plus the
         # footprint reaches ACCEPT_BELOW: those "core" taps per candidate, from its pivot, padded
