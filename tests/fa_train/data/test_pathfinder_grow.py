@@ -1,4 +1,5 @@
-"""The compiled growth loop (`pathfinder.grow`) draws and adds up exactly as NumPy does."""
+"""The compiled growth loop (`pathfinder.grow`) draws and adds up exactly as NumPy does; the
+markers' shortcut rescales as `bytescale` does."""
 import hashlib
 import random
 
@@ -82,3 +83,21 @@ def test_fresh_legacy_replays_match_the_numpy_generator(key):
 def test_draw_sample_takes_only_numpy_or_legacy_streams():
     with pytest.raises(TypeError, match="^rng must be a numpy Generator or a LegacyStream, got Random$"):
         gen.draw_sample(pf.pathfinder_params(32), random.Random(0))
+
+
+def test_marker_disk_rescales_as_bytescale_does():
+    """The marker's 0/1 disk becomes bytes as `bytescale` makes them, a disk covering the whole
+    image included (a constant image rescales to 0)."""
+    from fa_train.data.lra.pathfinder import render
+
+    def reference(resolution, centre, radius):
+        yy = np.arange(2 * resolution)[:, None] - 2 * centre[0]
+        xx = np.arange(2 * resolution)[None, :] - 2 * centre[1]
+        disk = (xx * xx + yy * yy <= (2 * radius) ** 2).astype(np.float64)
+        return render.lanczos(render.bytescale(disk), resolution).astype(np.float64) / 255
+
+    for resolution, centre, radius in [(32, (0, 31), 1.5), (64, (20, 40), 2.5), (8, (4, 4), 40.0),
+                                       (16, (-9, 3), 2.0)]:
+        got = render.marker_disk(resolution, centre, radius, 2)
+        assert np.array_equal(got, reference(resolution, centre, radius))
+    assert not render.marker_disk(8, (4, 4), 40.0, 2).any()
