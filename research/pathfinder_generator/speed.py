@@ -5,6 +5,7 @@
 At every resolution, times what `fa-data pathfinder` runs per job (`formats._gen_chunk`: draw,
 render, rescale) over images 0..n-1 of stream 0, after a warm-up on another stream that fills the
 per-angle tables; the best of `--repeats` runs over the same images (the machine may be shared).
+Both sides also hash the images and labels they drew: the run stops if the bytes differ.
 The baseline revision is `git archive`d into a temporary folder and timed in its own process, as
 is this checkout. Writes `speed.json` and `speed.md` beside this file (or under `--out`); what
 follows the notes marker in an existing `speed.md` is kept.
@@ -12,6 +13,7 @@ follows the notes marker in an existing `speed.md` is kept.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -28,7 +30,8 @@ NOTES = "<!-- notes: kept when the table above is rewritten -->"
 
 
 def measure(resolution: int, n: int, repeats: int) -> dict:
-    """Images per CPU-second (and per wall second) of the imported generator, best of `repeats`."""
+    """Images per CPU-second (and per wall second) of the imported generator, best of `repeats`,
+    and a digest of the images and labels drawn."""
     from fa_train.data.lra.pathfinder import formats
     from fa_train.data.lra.pathfinder.params import pathfinder_params
 
@@ -37,9 +40,10 @@ def measure(resolution: int, n: int, repeats: int) -> dict:
     cpu, wall = float("inf"), float("inf")
     for _ in range(repeats):
         c0, w0 = time.process_time(), time.perf_counter()
-        formats._gen_chunk((p, 0, 0, n))
+        _, imgs, labels, _ = formats._gen_chunk((p, 0, 0, n))
         cpu, wall = min(cpu, time.process_time() - c0), min(wall, time.perf_counter() - w0)
-    return {"images": n, "per_cpu_s": round(n / cpu, 2), "per_wall_s": round(n / wall, 2)}
+    digest = hashlib.sha256(imgs.tobytes() + labels.tobytes()).hexdigest()[:16]
+    return {"images": n, "per_cpu_s": round(n / cpu, 2), "per_wall_s": round(n / wall, 2), "digest": digest}
 
 
 def _timed(root: Path, resolution: int, n: int, repeats: int) -> dict:
@@ -56,8 +60,9 @@ def render_markdown(res: dict) -> str:
     lines = ["# Pathfinder generator speed", "",
              f"One process, images 0..n-1 of stream 0 at the hard level; images per CPU-second, best of "
              f"{res['repeats']} runs (per wall second in brackets; a shared machine). Baseline: "
-             f"`{res['baseline']}` ({res['baseline_commit']}); ours: {res['commit']}. Images are "
-             "bit-identical between the two (tests/fa_train/data/test_pathfinder_bytes.py).", "",
+             f"`{res['baseline']}` ({res['baseline_commit']}); ours: {res['commit']}. The timed images "
+             "are bit-identical between the two (same SHA-256; see also "
+             "tests/fa_train/data/test_pathfinder_bytes.py).", "",
              f"    {res['command']}", "",
              "| resolution | images | baseline | ours | speed-up |", "|---|---|---|---|---|"]
     for r, v in res["runs"].items():
@@ -89,9 +94,11 @@ def main(argv=None) -> int:
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         for r in a.resolutions:
-            res["runs"][str(r)] = {"baseline": _timed(Path(tmp), r, COUNTS[r], a.repeats),
-                                   "ours": _timed(ROOT, r, COUNTS[r], a.repeats)}
-            print(r, res["runs"][str(r)], flush=True)
+            run = res["runs"][str(r)] = {"baseline": _timed(Path(tmp), r, COUNTS[r], a.repeats),
+                                         "ours": _timed(ROOT, r, COUNTS[r], a.repeats)}
+            print(r, run, flush=True)
+            if run["baseline"]["digest"] != run["ours"]["digest"]:
+                sys.exit(f"{r} px: the images differ from the baseline's")
     out = Path(a.out)
     (out / "speed.json").write_text(json.dumps(res, indent=2) + "\n")
     md = out / "speed.md"

@@ -3,8 +3,9 @@ draws what the original generator draws, its on-disk formats and a loader.
 
 - `params`: one parameter set per resolution (`pathfinder_params`);
 - `snakes`: growing target and distractor snakes on an occupancy mask (the geometry);
+- `grow`: the growth loop of one image, compiled with numba;
 - `render`: paddles and markers drawn at 2x and Lanczos-downsampled, byte rescaling;
-- `generator`: one image from (params, seed, index), or many grown together;
+- `generator`: one image from (params, seed, index);
 - `formats`: `.npy` shards or the released `imgs/`/`metadata/` layout, `generator.json`;
 - `dataset`: reading either layout, deterministic splits;
 - `cli`: `fa-data pathfinder`.

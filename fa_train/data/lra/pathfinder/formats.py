@@ -23,7 +23,7 @@ from fa_train.data.lra.pathfinder.params import PathfinderParams, pathfinder_par
 from fa_train.errors import UserError
 
 FORMATS = ("npy", "png")
-CHUNK = 256  # images per job: a job grows up to 64 at a time (`draw_samples`)
+CHUNK = 256  # images per job
 
 
 def level_dir(root: str | os.PathLike, resolution: int, contour_length: int) -> Path:

@@ -1,10 +1,9 @@
 """One Pathfinder image: draw the snakes, render them and the markers, rescale to bytes.
 
 Every image is a pure function of (params, seed, index): `numpy.random.default_rng([seed, index])`.
-`draw_sample` also takes any object with `integers(low, high)` and `random()`, so the original
-generator's own random stream can be replayed (see `LegacyStream`). `draw_samples` draws many
-images at once, each exactly as `draw_sample` would, sharing the array work (use it for bulk
-generation: one image alone pays the batching overhead).
+`draw_sample` also takes a `LegacyStream`, so the original generator's own random stream can be
+replayed. The snakes grow in compiled code (`snakes.grow_snakes`); the first call in a process
+compiles it, or loads it from numba's on-disk cache.
 """
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ import numpy as np
 
 from fa_train.data.lra.pathfinder.params import PathfinderParams
 from fa_train.data.lra.pathfinder.render import bytescale, marker_disk, paste_max
-from fa_train.data.lra.pathfinder.snakes import (Snake, Stacks, answer, place_distractors, place_targets,
-                                                 tables)
+from fa_train.data.lra.pathfinder.snakes import Snake, grow_snakes, tables
 from fa_train.errors import UserError
 
 # bumped whenever the images drawn for a given (params, seed, index) change
@@ -41,10 +39,12 @@ class Sample:
 
 
 class LegacyStream:
-    """`integers`/`random` over a `numpy.random.RandomState`, as the original draws them."""
+    """`integers`/`random` over a `numpy.random.RandomState`, as the original draws them;
+    `generator` shares its bit generator (for the compiled draws)."""
 
     def __init__(self, state: np.random.RandomState):
         self.state = state
+        self.generator = np.random.Generator(state._bit_generator)
 
     def integers(self, low: int, high: int) -> int:
         return int(self.state.randint(low, high))
@@ -54,52 +54,27 @@ class LegacyStream:
 
 
 def draw_sample(p: PathfinderParams, rng) -> Sample:
-    return draw_samples(p, [rng])[0]
+    """The snakes, label and markers of one image drawn from `rng` (a numpy Generator or a
+    `LegacyStream`)."""
+    if isinstance(rng, LegacyStream):
+        bits, legacy = rng.generator, True
+    elif isinstance(rng, np.random.Generator):
+        bits, legacy = rng, False
+    else:
+        raise TypeError(f"rng must be a numpy Generator or a LegacyStream, got {type(rng).__name__}")
+    label = int(rng.integers(0, 2))
+    margin = p.margins[int(rng.integers(0, len(p.margins)))] if len(p.margins) > 1 else p.margins[0]
+    targets, distractors, attempts = grow_snakes(tables(p, margin), bits, legacy)
+    a = int(rng.integers(0, 2))
+    return Sample(label, margin, targets, distractors, (a, a if label else 1 - a), attempts)
 
 
 def draw_samples(p: PathfinderParams, rngs, batch: int = 64) -> list[Sample]:
-    """One sample per random stream in `rngs`, each the same as `draw_sample(p, rng)`. Up to
-    `batch` images grow at a time, their fields' requests answered together (see `snakes.answer`)."""
+    """`draw_sample(p, rng)` for each of `rngs`. `batch` is checked but no longer changes
+    anything: images are drawn one after another."""
     if not isinstance(batch, (int, np.integer)) or batch < 1:
         raise UserError(f"batch must be a whole number >= 1, got {batch!r}")
-    rngs = list(rngs)
-    samples: list = [None] * len(rngs)
-    stacks = Stacks(max(1, min(int(batch), len(rngs))))
-    todo = iter(range(len(rngs)))
-    waiting: dict[int, tuple] = {}  # slot -> (image, its steps, its request)
-
-    def advance(slot: int, i: int, steps, reply) -> None:
-        while True:
-            try:
-                waiting[slot] = (i, steps, steps.send(reply))
-                return
-            except StopIteration as done:
-                samples[i] = done.value
-            i = next(todo, None)
-            if i is None:
-                waiting.pop(slot, None)
-                return
-            steps, reply = _sample_steps(p, rngs[i], stacks, slot), None
-
-    for slot in range(stacks.n):
-        i = next(todo, None)
-        if i is not None:
-            advance(slot, i, _sample_steps(p, rngs[i], stacks, slot), None)
-    while waiting:
-        slots = list(waiting)
-        for slot, reply in zip(slots, answer([waiting[s][2] for s in slots])):
-            advance(slot, waiting[slot][0], waiting[slot][1], reply)
-    return samples
-
-
-def _sample_steps(p: PathfinderParams, rng, stacks: Stacks, slot: int):
-    label = int(rng.integers(0, 2))
-    margin = p.margins[int(rng.integers(0, len(p.margins)))] if len(p.margins) > 1 else p.margins[0]
-    t = tables(p, margin)
-    field, pair, attempts = yield from place_targets(t, rng, stacks, slot)
-    distractors = yield from place_distractors(field)
-    a = int(rng.integers(0, 2))
-    return Sample(label, margin, pair, distractors, (a, a if label else 1 - a), attempts)
+    return [draw_sample(p, rng) for rng in rngs]
 
 
 def _layer(p: PathfinderParams, margin: int, snakes: list[Snake], value: float) -> np.ndarray:
@@ -135,7 +110,7 @@ def generate_image(params: PathfinderParams, seed: int, index: int, return_info:
 
 
 def generate_images(params: PathfinderParams, seed: int, indices, return_info: bool = False) -> list[tuple]:
-    """`generate_image` for each of `indices`, the images grown together (`draw_samples`)."""
+    """`generate_image` for each of `indices`."""
     samples = draw_samples(params, [np.random.default_rng([int(seed), int(i)]) for i in indices])
     out = []
     for sample in samples:

@@ -109,5 +109,8 @@ def marker_disk(resolution: int, centre: tuple[int, int], radius: float, antiali
     n = resolution * antialias
     yy = np.arange(n)[:, None] - centre[0] * antialias
     xx = np.arange(n)[None, :] - centre[1] * antialias
-    disk = (xx * xx + yy * yy <= (radius * antialias) ** 2).astype(np.float64)
-    return lanczos(bytescale(disk), resolution).astype(np.float64) / 255
+    disk = xx * xx + yy * yy <= (radius * antialias) ** 2
+    # the disk's 0/1 image rescaled to bytes as `bytescale` does: 255 inside, 0 outside (0 all over
+    # when it covers the whole image)
+    inside = 0 if disk.all() else 255
+    return lanczos(np.where(disk, inside, 0).astype(np.uint8), resolution).astype(np.float64) / 255
