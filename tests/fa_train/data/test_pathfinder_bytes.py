@@ -56,26 +56,10 @@ def test_legacy_stream_replay_matches_the_recorded_bytes(key):
     assert _digest((gen.compose(gen.render_layers(p, s)), s.label) for s in samples) == PINNED_LEGACY[key]
 
 
-def test_batched_samples_equal_one_at_a_time():
-    """Growing many images together (fewer slots than images, so slots are reused, and mixed
-    with replayed streams) draws exactly what each draws alone."""
-    p = pf.pathfinder_params(32)
-    rngs = [np.random.default_rng([5, i]) for i in range(12)] + [gen.LegacyStream(np.random.RandomState(3))]
-    batched = gen.draw_samples(p, rngs, batch=5)
-    alone = [gen.draw_sample(p, np.random.default_rng([5, i])) for i in range(12)]
-    alone.append(gen.draw_sample(p, gen.LegacyStream(np.random.RandomState(3))))
-    for a, b in zip(batched, alone):
-        assert (a.label, a.margin, a.marker_snakes, a.pair_attempts) == (b.label, b.margin, b.marker_snakes,
-                                                                         b.pair_attempts)
-        for sa, sb in zip(list(a.targets) + a.distractors, list(b.targets) + b.distractors, strict=True):
-            assert (sa.starts, sa.angles, sa.headings) == (sb.starts, sb.angles, sb.headings)
-        assert np.array_equal(gen.compose(gen.render_layers(p, a)), gen.compose(gen.render_layers(p, b)))
-
-
-def test_margins_mix_within_a_batch():
-    """At 128 px each image draws one of two margins: both kinds grow side by side."""
+def test_margins_mix():
+    """At 128 px each image draws one of two margins."""
     p = pf.pathfinder_params(128)
-    samples = gen.draw_samples(p, [np.random.default_rng([7, i]) for i in range(3)])
+    samples = [gen.draw_sample(p, np.random.default_rng([7, i])) for i in range(3)]
     assert {s.margin for s in samples} <= set(p.margins)
     got = _digest((gen.compose(gen.render_layers(p, s)), s.label) for s in samples)
     assert got == PINNED[(128, "hard", 7, 3)]
@@ -85,10 +69,3 @@ def test_written_shards_match_the_recorded_bytes(tmp_path):
     pf.generate_pathfinder(tmp_path, 64, "hard", 4, seed=7, progress=False)
     imgs, labels = pf.load_pathfinder(tmp_path, resolution=64)
     assert _digest(zip(imgs, labels)) == PINNED[(64, "hard", 7, 4)]
-
-
-def test_draw_samples_rejects_a_bad_batch():
-    p = pf.pathfinder_params(32)
-    assert gen.draw_samples(p, []) == []
-    with pytest.raises(ValueError, match="^batch must be a whole number >= 1, got 0$"):
-        gen.draw_samples(p, [np.random.default_rng(0)], batch=0)

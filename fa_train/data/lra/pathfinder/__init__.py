@@ -14,12 +14,12 @@ from fa_train.data.lra.pathfinder.cli import register_cli, write_montage
 from fa_train.data.lra.pathfinder.dataset import (PathfinderImages, find_level, load_pathfinder,
                                                   split_indices)
 from fa_train.data.lra.pathfinder.formats import generate_pathfinder, level_dir
-from fa_train.data.lra.pathfinder.generator import (GENERATOR_VERSION, draw_sample, draw_samples,
+from fa_train.data.lra.pathfinder.generator import (GENERATOR_VERSION, draw_sample,
                                                     generate_image, generate_images)
 from fa_train.data.lra.pathfinder.params import (DIFFICULTIES, PRESETS, RESOLUTIONS, PathfinderParams,
                                                  pathfinder_params)
 
 __all__ = ["DIFFICULTIES", "GENERATOR_VERSION", "PRESETS", "RESOLUTIONS", "PathfinderImages", "PathfinderParams",
-           "draw_sample", "draw_samples", "find_level", "generate_image", "generate_images",
+           "draw_sample", "find_level", "generate_image", "generate_images",
            "generate_pathfinder", "level_dir", "load_pathfinder", "pathfinder_params", "register_cli",
            "split_indices", "write_montage"]

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from fa_train.data.lra.pathfinder.generator import GENERATOR_VERSION, compose, draw_samples, render_layers
+from fa_train.data.lra.pathfinder.generator import GENERATOR_VERSION, compose, draw_sample, render_layers
 from fa_train.data.lra.pathfinder.params import PathfinderParams, pathfinder_params
 from fa_train.errors import UserError
 
@@ -38,7 +38,7 @@ def _positive(name: str, value: int) -> int:
 
 def _gen_chunk(job) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
     params, seed, start, stop = job
-    samples = draw_samples(params, [np.random.default_rng([int(seed), i]) for i in range(start, stop)])
+    samples = [draw_sample(params, np.random.default_rng([int(seed), i])) for i in range(start, stop)]
     imgs = [compose(render_layers(params, s)) for s in samples]
     labels, margins = [s.label for s in samples], [s.margin for s in samples]
     return start, np.stack(imgs), np.asarray(labels, np.uint8), np.asarray(margins, np.uint8)

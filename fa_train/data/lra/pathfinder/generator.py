@@ -15,7 +15,6 @@ import numpy as np
 from fa_train.data.lra.pathfinder.params import PathfinderParams
 from fa_train.data.lra.pathfinder.render import bytescale, marker_disk, paste_max
 from fa_train.data.lra.pathfinder.snakes import Snake, grow_snakes, tables
-from fa_train.errors import UserError
 
 # bumped whenever the images drawn for a given (params, seed, index) change
 GENERATOR_VERSION = 2
@@ -69,14 +68,6 @@ def draw_sample(p: PathfinderParams, rng) -> Sample:
     return Sample(label, margin, targets, distractors, (a, a if label else 1 - a), attempts)
 
 
-def draw_samples(p: PathfinderParams, rngs, batch: int = 64) -> list[Sample]:
-    """`draw_sample(p, rng)` for each of `rngs`. `batch` is checked but no longer changes
-    anything: images are drawn one after another."""
-    if not isinstance(batch, (int, np.integer)) or batch < 1:
-        raise UserError(f"batch must be a whole number >= 1, got {batch!r}")
-    return [draw_sample(p, rng) for rng in rngs]
-
-
 def _layer(p: PathfinderParams, margin: int, snakes: list[Snake], value: float) -> np.ndarray:
     # float32 like the original's paddle canvases, whose rounding the final bytes inherit
     canvas = np.zeros((p.resolution, p.resolution), np.float32)
@@ -111,7 +102,7 @@ def generate_image(params: PathfinderParams, seed: int, index: int, return_info:
 
 def generate_images(params: PathfinderParams, seed: int, indices, return_info: bool = False) -> list[tuple]:
     """`generate_image` for each of `indices`."""
-    samples = draw_samples(params, [np.random.default_rng([int(seed), int(i)]) for i in indices])
+    samples = [draw_sample(params, np.random.default_rng([int(seed), int(i)])) for i in indices]
     out = []
     for sample in samples:
         layers = render_layers(params, sample)
