@@ -2,7 +2,7 @@
 
     fa-repro list
     fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process] [--jobs N]
-                 [--pause-after MINUTES]
+                 [--gpus IDS] [--pause-after MINUTES]
     fa-repro report RECIPE [--scale S] [--out DIR]
     fa-repro results [--check]
 
@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run N runs at once on this machine (accuracy studies of small models; "
                         "their timings then share the GPU)")
+    r.add_argument("--gpus", type=lambda s: s.split(","), default=None, metavar="IDS",
+                   help="run one run per GPU at once (e.g. 0,1), each alone on its GPU: timings "
+                        "stay the run's own")
     r.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each training run's checkpoints/ (deleted by default: GBs per run)")
     r.add_argument("--pause-after", type=_minutes, default=None, metavar="MINUTES",
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             data = run_recipe(recipe, args.scale, out_dir=args.out, only=args.only,
                               dry_run=args.dry_run, executor=executor, force=args.force,
                               keep_checkpoints=args.keep_checkpoints, jobs=args.jobs,
-                              pause_after=args.pause_after)
+                              pause_after=args.pause_after, gpus=args.gpus)
             if args.dry_run:
                 return 0
             if not args.no_report:

@@ -86,6 +86,7 @@ class Run:
     labels: dict[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None
     init_from: str | None = None   # the run of this recipe whose final weights this one starts from
+    env: dict[str, str] = field(default_factory=dict)         # extra environment of its process
 
     def hydra_overrides(self) -> list[str]:
         """`key=value` strings for Hydra, experiment first."""

@@ -21,6 +21,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import queue
 import re
 import shutil
 import subprocess
@@ -103,7 +104,7 @@ class SubprocessExecutor:
     def __call__(self, run: Run, run_dir: Path, timeout_s: float | None) -> Outcome:
         cmd = run.command(run_dir)
         log = run_dir / LOG_FILE
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **run.env)
         with open(log, "w") as fh:
             fh.write("$ " + " ".join(cmd) + "\n")
             fh.flush()
@@ -366,11 +367,13 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                only: str | list[str] | None = None, dry_run: bool = False,
                executor: Executor | None = None, console=None, force: bool = False,
                keep_checkpoints: bool = False, jobs: int = 1,
-               pause_after: float | None = None) -> dict[str, Any]:
+               pause_after: float | None = None, gpus: list[str] | None = None) -> dict[str, Any]:
     """Run every run of `recipe` at `scale` that is not already done; return results.json's data.
 
     `jobs` > 1 runs that many at once (subprocesses sharing the machine and its GPU: for
     accuracy studies of small models, not for timings; each entry records `concurrent_runs`).
+    `gpus` (device ids) runs one run per GPU at once, each alone on its GPU
+    (CUDA_VISIBLE_DEVICES; the entry records `gpu`): its timings are its own.
 
     Training checkpoints (checkpoints/ in each run folder; GBs at the gpu scale) are deleted
     after each run unless `keep_checkpoints` or another run starts from them (`init_from`): a
@@ -383,6 +386,17 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     console = console or Console(stderr=True)
     if jobs < 1:
         raise RecipeError(f"jobs must be at least 1, got {jobs}")
+    if gpus is not None:
+        if not gpus or len(set(gpus)) != len(gpus) or not all(str(g).isdigit() for g in gpus):
+            raise RecipeError(f"gpus must be distinct device numbers, e.g. 0,1; got {gpus}")
+        if jobs != 1:
+            raise RecipeError("give --jobs or --gpus, not both (--gpus runs one run per GPU)")
+        if isinstance(executor, InProcessExecutor):
+            raise RecipeError("--gpus starts each run in its own process: leave out --in-process")
+        jobs = len(gpus)
+    free = queue.SimpleQueue()   # GPUs not taken by a running run
+    for g in gpus or []:
+        free.put(str(g))
     out = (Path(out_dir) if out_dir else default_out_dir(recipe, scale)).resolve()
     runs = recipe.runs(scale, only=only)
     results = Results(out, recipe, scale)
@@ -428,6 +442,9 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
             return
         resuming = resumable(prior, run, run_dir) and not force
         run = with_session_overrides(run, run_dir, resuming, pause_after)
+        gpu = free.get() if gpus else None
+        if gpu is not None:
+            run = replace(run, env={**run.env, "CUDA_VISIBLE_DEVICES": gpu})
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in result_files(run, run_dir):   # a retried run must not pass on old files
             stale.unlink()
@@ -438,13 +455,18 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         elif prior and prior.get("status") == "paused" and not force:
             console.print(f"{prefix}: paused before, but its checkpoint is gone: starting again "
                           f"from step 0", highlight=False)
-        if jobs > 1:
-            console.print(f"{prefix}: started", highlight=False)
-            outcome = executor(run, run_dir, run.timeout_s)
-        else:
-            with console.status(f"{prefix}: running ({run.kind} "
-                                f"{run.experiment or run.subcommand})…"):
+        try:
+            if jobs > 1:
+                console.print(f"{prefix}: started" + (f" on GPU {gpu}" if gpu else ""),
+                              highlight=False)
                 outcome = executor(run, run_dir, run.timeout_s)
+            else:
+                with console.status(f"{prefix}: running ({run.kind} "
+                                    f"{run.experiment or run.subcommand})…"):
+                    outcome = executor(run, run_dir, run.timeout_s)
+        finally:
+            if gpu is not None:
+                free.put(gpu)
         duration = time.perf_counter() - t0
         metrics = collect_metrics(run, run_dir)
         status, error = classify(outcome, metrics, bool(result_files(run, run_dir)))
@@ -460,6 +482,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                  "duration_s": round(duration, 2), "concurrent_runs": jobs,
                  "stretches": int(prior.get("stretches", 1)) + 1 if resuming else 1,
                  "returncode": outcome.returncode, "error": error, "metrics": metrics}
+        if gpu is not None:
+            entry["gpu"] = gpu
         if status != "ok":
             entry["output_tail"] = outcome.output[-TAIL_CHARS:]
         with lock:

@@ -1,6 +1,7 @@
 """Runner logic with a fake executor: results.json, resume, failures, OOM, timeouts, CLI, jobs."""
 import io
 import json
+import sys
 import threading
 import time
 
@@ -9,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from fa_train.repro import cli
+from fa_train.repro.recipe import RecipeError
 from fa_train.repro.runner import Outcome, classify, failed_runs, paused_runs, run_recipe
 
 
@@ -218,3 +220,61 @@ def test_jobs_run_concurrently_and_record_every_run(mini_recipe, tmp_path):
     assert {e["concurrent_runs"] for e in on_disk["runs"].values()} == {3}
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         run_recipe(mini_recipe, "smoke", tmp_path / "x", executor=slow, console=quiet(), jobs=0)
+
+
+class GpuRecorder(FakeExecutor):
+    """Notes each run's CUDA_VISIBLE_DEVICES and which GPUs are busy at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock, self.busy, self.seen, self.clash = threading.Lock(), set(), {}, False
+
+    def __call__(self, run, run_dir, timeout_s):
+        gpu = run.env["CUDA_VISIBLE_DEVICES"]
+        with self.lock:
+            self.clash |= gpu in self.busy
+            self.busy.add(gpu)
+            self.seen[run.name] = gpu
+        time.sleep(0.05)
+        with self.lock:
+            self.busy.discard(gpu)
+        return super().__call__(run, run_dir, timeout_s)
+
+
+def test_gpus_run_one_run_per_gpu_at_a_time(mini_recipe, tmp_path):
+    gpus = GpuRecorder()
+    data = run_recipe(mini_recipe, "smoke", tmp_path / "out", executor=gpus, console=quiet(),
+                      gpus=["0", "1"])
+    assert set(gpus.seen) == {"base", "fast", "bench"} and not gpus.clash
+    assert set(gpus.seen.values()) <= {"0", "1"}
+    assert {n: e["gpu"] for n, e in data["runs"].items()} == gpus.seen
+    assert all(e["concurrent_runs"] == 2 for e in data["runs"].values())
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"gpus": ["0", "0"]}, "distinct device numbers"), ({"gpus": ["a"]}, "distinct device numbers"),
+    ({"gpus": ["0", "1"], "jobs": 2}, "not both"),
+])
+def test_bad_gpus_are_named(mini_recipe, tmp_path, kw, message):
+    with pytest.raises(RecipeError, match=message):
+        run_recipe(mini_recipe, "smoke", tmp_path / "out", executor=FakeExecutor(), console=quiet(), **kw)
+
+
+def test_gpus_need_subprocesses(mini_recipe, tmp_path):
+    from fa_train.repro.runner import InProcessExecutor
+    with pytest.raises(RecipeError, match="leave out --in-process"):
+        run_recipe(mini_recipe, "smoke", tmp_path / "out", executor=InProcessExecutor(),
+                   console=quiet(), gpus=["0"])
+
+
+def test_subprocess_runs_get_their_gpu(tmp_path):
+    from fa_train.repro.recipe import Run
+    from fa_train.repro.runner import SubprocessExecutor
+    run = Run(name="r", kind="bench", subcommand="attention", env={"CUDA_VISIBLE_DEVICES": "3"})
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    probe = Run(**{**run.__dict__})
+    probe.command = lambda d: [sys.executable, "-c",
+                               "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'])"]
+    assert SubprocessExecutor()(probe, run_dir, 30).returncode == 0
+    assert "gpu 3" in (run_dir / "run.log").read_text()
