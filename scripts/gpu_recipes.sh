@@ -7,7 +7,8 @@
 # Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
 #   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu);
 #   IN_PROCESS=1 runs them in one Python process (no start-up per run; for sweeps of short runs);
-#   JOBS=N runs N at once (accuracy studies); PAUSE_AFTER=MINUTES pauses each training run.
+#   JOBS=N runs N at once (accuracy studies); GPUS=0,1 one run per GPU at once;
+#   PAUSE_AFTER=MINUTES pauses each training run.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
 budget=${2:?usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,...] ...}
@@ -28,7 +29,7 @@ for spec in "$@"; do
     left=$(( end - $(date +%s) ))
     if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
     timeout -k 10 "$left" "$python" -m fa_train.repro.cli run "$recipe" --scale "$scale" --no-report \
-        "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} ${JOBS:+--jobs "$JOBS"} \
+        "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} ${JOBS:+--jobs "$JOBS"} ${GPUS:+--gpus "$GPUS"} \
         ${PAUSE_AFTER:+--pause-after "$PAUSE_AFTER"} > "$out/$recipe.log" 2>&1
     echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30
     pkill -f fa_train.train || true
