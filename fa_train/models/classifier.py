@@ -98,7 +98,8 @@ class SequenceClassifier(nn.Module):
             check_int("model.vocab_size", cfg.vocab_size)
         for key in ("dropout", "attn_dropout"):
             check_float(f"model.{key}", getattr(cfg, key), 0.0, 1.0, high_open=True)
-        if cfg.image_size is not None and check_int("model.image_size", cfg.image_size) ** 2 != cfg.max_seq_len:
+        side = cfg.image_size
+        if side is not None and check_int("model.image_size", side) ** 2 != cfg.max_seq_len:
             raise UserError(f"model.image_size={cfg.image_size} is a grid of {cfg.image_size ** 2} "
                             f"positions but sequences have {cfg.max_seq_len} (model.max_seq_len); "
                             "leave model.image_size null to take the data's")

@@ -112,7 +112,7 @@ class Ours:
         marked `so_far: true`, measured while training, also from a paused run)."""
         entry = self.runs.get(run)
         spec = self.recipe.metrics[metric]
-        if not entry or entry.get("status") not in (("ok", "paused") if spec.get("so_far") else ("ok",)):
+        if not entry or not readable(entry.get("status"), spec):
             return None
         values = self.values(entry, spec, where)
         if not values:
@@ -167,10 +167,16 @@ class Ours:
         if value is not None:
             return value, ""
         status, spec = self.status(run), self.recipe.metrics[metric]
-        if "reach" in spec and (status == "ok" or status == "paused" and spec.get("so_far")):
+        if "reach" in spec and readable(status, spec):
             value, why = self.time_to_reach(self.runs[run], spec["reach"])
             return value, (f"{why} (paused)" if status == "paused" else why)
         return None, {"ok": "n/a", "oom": "OOM", "not run": "not run"}.get(status, status)
+
+
+def readable(status: str | None, spec: dict[str, Any]) -> bool:
+    """Whether a run with `status` gives metric `spec`: finished runs do; paused ones only for
+    metrics marked `so_far` (measured while training)."""
+    return status == "ok" or status == "paused" and bool(spec.get("so_far"))
 
 
 def first_number(data: Any, keys: Iterable[str]) -> float | None:

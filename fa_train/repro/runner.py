@@ -357,9 +357,8 @@ def source_ready(results: "Results", run: Run, out: Path) -> str:
 def waves(runs: list[Run]) -> list[list[Run]]:
     """`runs` in waves that can run at once: each run after the run its weights start from."""
     depth: dict[str, int] = {}
-    by_name = {r.name: r for r in runs}
     for r in runs:   # recipe order puts sources first
-        depth[r.name] = depth.get(r.init_from, -1) + 1 if r.init_from in by_name else 0
+        depth[r.name] = depth[r.init_from] + 1 if r.init_from in depth else 0
     return [[r for r in runs if depth[r.name] == d] for d in sorted(set(depth.values()))]
 
 

@@ -271,10 +271,9 @@ def test_subprocess_runs_get_their_gpu(tmp_path):
     from fa_train.repro.recipe import Run
     from fa_train.repro.runner import SubprocessExecutor
     run = Run(name="r", kind="bench", subcommand="attention", env={"CUDA_VISIBLE_DEVICES": "3"})
+    run.command = lambda d: [sys.executable, "-c",
+                             "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'])"]
     run_dir = tmp_path / "r"
     run_dir.mkdir()
-    probe = Run(**{**run.__dict__})
-    probe.command = lambda d: [sys.executable, "-c",
-                               "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'])"]
-    assert SubprocessExecutor()(probe, run_dir, 30).returncode == 0
+    assert SubprocessExecutor()(run, run_dir, 30).returncode == 0
     assert "gpu 3" in (run_dir / "run.log").read_text()
