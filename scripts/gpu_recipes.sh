@@ -2,8 +2,8 @@
 # Run recipes at the gpu scale, one after another, within a time budget; then render their reports
 # and pack the result folders into OUT/reports.tar.gz: checkpoints excluded, except kept ones
 # (paused runs, transfer sources) of at most CKPT_MB (default 16), so that they can continue on
-# another host. Runs resume: a run that finished is skipped next time; one cut off by the budget
-# runs again; a paused one continues.
+# another host. Runs resume: a run that finished is skipped next time; training runs pause before
+# the budget ends (fa-repro's --time-budget) and continue next time; a run cut off anyway runs again.
 # Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
 #   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu);
 #   IN_PROCESS=1 runs them in one Python process (no start-up per run; for sweeps of short runs);
@@ -29,6 +29,7 @@ for spec in "$@"; do
     left=$(( end - $(date +%s) ))
     if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
     timeout -k 10 "$left" "$python" -m fa_train.repro.cli run "$recipe" --scale "$scale" --no-report \
+        --time-budget "$(awk "BEGIN {print ($left - 15) / 60}")" \
         "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} ${JOBS:+--jobs "$JOBS"} ${GPUS:+--gpus "$GPUS"} \
         ${PAUSE_AFTER:+--pause-after "$PAUSE_AFTER"} > "$out/$recipe.log" 2>&1
     echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30

@@ -2,14 +2,15 @@
 
     fa-repro list
     fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process] [--jobs N]
-                 [--gpus IDS] [--pause-after MINUTES]
+                 [--gpus IDS] [--pause-after MINUTES] [--time-budget MINUTES]
     fa-repro report RECIPE [--scale S] [--out DIR]
     fa-repro results [--check]
 
 RECIPE is a name (`table3_lra`) or a path (`recipes/table3_lra.yaml`). The default output
 folder is reports/<recipe>/<scale>/. With --pause-after, each training run stops after MINUTES
 and keeps its checkpoint; the same command run again (on this or another machine, with the
-output folder carried over) continues the paused runs. `results` renders README.md's results-at-a-glance table
+output folder carried over) continues the paused runs; --time-budget ends the invocation within
+MINUTES, pausing training runs in time. `results` renders README.md's results-at-a-glance table
 and RESULTS.md's measured tables from the committed result files.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from fa_train.repro.recipe import SCALES, RecipeError, list_recipe_paths, load_r
 
 
 def _minutes(text: str) -> float:
-    """--pause-after's value: a positive number of minutes."""
+    """--pause-after's and --time-budget's value: a positive number of minutes."""
     try:
         value = float(text)
     except ValueError:
@@ -57,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--pause-after", type=_minutes, default=None, metavar="MINUTES",
                    help="pause each training run after MINUTES of wall time, keeping its "
                         "checkpoint; running the recipe again continues it")
+    r.add_argument("--time-budget", type=_minutes, default=None, metavar="MINUTES",
+                   help="end within MINUTES (a batch job's limit): training runs pause in time, "
+                        "runs that would start too late wait for the next invocation")
     r.add_argument("--no-report", action="store_true", help="do not render report.md afterwards")
     rep = sub.add_parser("report", help="render report.md and plots from a recipe's results")
     rep.add_argument("recipe")
@@ -114,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             data = run_recipe(recipe, args.scale, out_dir=args.out, only=args.only,
                               dry_run=args.dry_run, executor=executor, force=args.force,
                               keep_checkpoints=args.keep_checkpoints, jobs=args.jobs,
-                              pause_after=args.pause_after, gpus=args.gpus)
+                              pause_after=args.pause_after, gpus=args.gpus,
+                              time_budget=args.time_budget)
             if args.dry_run:
                 return 0
             if not args.no_report:

@@ -43,6 +43,8 @@ OOM_PATTERNS = re.compile(
     r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Cannot allocate memory|"
     r"DefaultCPUAllocator: can't allocate", re.IGNORECASE)
 TAIL_CHARS = 4000
+START_MARGIN_S = 120.0   # --time-budget: a training run's start-up and final checkpoint
+MIN_START_S = 240.0      # --time-budget: a run starts only with this much time left
 TRAIN_CONFIG_NAME = "config"   # configs/config.yaml, as fa_train.train.main uses
 
 
@@ -366,7 +368,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                only: str | list[str] | None = None, dry_run: bool = False,
                executor: Executor | None = None, console=None, force: bool = False,
                keep_checkpoints: bool = False, jobs: int = 1,
-               pause_after: float | None = None, gpus: list[str] | None = None) -> dict[str, Any]:
+               pause_after: float | None = None, gpus: list[str] | None = None,
+               time_budget: float | None = None) -> dict[str, Any]:
     """Run every run of `recipe` at `scale` that is not already done; return results.json's data.
 
     `jobs` > 1 runs that many at once (subprocesses sharing the machine and its GPU: for
@@ -379,7 +382,12 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     recipe keeps metrics, not weights.
 
     `pause_after` (minutes) pauses each training run after that much wall time; the paused run
-    keeps its checkpoint, and running the recipe again continues it where it stopped."""
+    keeps its checkpoint, and running the recipe again continues it where it stopped.
+
+    `time_budget` (minutes) ends the whole invocation in time (a batch job's time limit): each
+    training run pauses early enough to leave START_MARGIN_S for its start-up and checkpoint,
+    other runs get the time left as their timeout, and no run starts with under MIN_START_S
+    left (the next invocation starts it)."""
     from rich.console import Console
 
     console = console or Console(stderr=True)
@@ -393,6 +401,9 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         if isinstance(executor, InProcessExecutor):
             raise RecipeError("--gpus starts each run in its own process: leave out --in-process")
         jobs = len(gpus)
+    if time_budget is not None and not time_budget > 0:
+        raise RecipeError(f"time_budget must be a positive number of minutes, got {time_budget}")
+    deadline = time.monotonic() + time_budget * 60 if time_budget else None
     free = queue.SimpleQueue()   # GPUs not taken by a running run
     for g in gpus or []:
         free.put(str(g))
@@ -440,8 +451,20 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                 counts["waiting"] = counts.get("waiting", 0) + 1
             return
         resuming = resumable(prior, run, run_dir) and not force
-        run = with_session_overrides(run, run_dir, resuming, pause_after)
         gpu = free.get() if gpus else None
+        timeout_s, pause = run.timeout_s, pause_after
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left < MIN_START_S:
+                if gpu is not None:
+                    free.put(gpu)
+                console.print(f"{prefix}: not started (time budget spent)", highlight=False)
+                with lock:
+                    counts["not started"] = counts.get("not started", 0) + 1
+                return
+            timeout_s = min(timeout_s or left, left)
+            pause = min(pause or float("inf"), (left - START_MARGIN_S) / 60)
+        run = with_session_overrides(run, run_dir, resuming, pause)
         if gpu is not None:
             run = replace(run, env={**run.env, "CUDA_VISIBLE_DEVICES": gpu})
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -458,11 +481,11 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
             if jobs > 1:
                 console.print(f"{prefix}: started" + (f" on GPU {gpu}" if gpu else ""),
                               highlight=False)
-                outcome = executor(run, run_dir, run.timeout_s)
+                outcome = executor(run, run_dir, timeout_s)
             else:
                 with console.status(f"{prefix}: running ({run.kind} "
                                     f"{run.experiment or run.subcommand})…"):
-                    outcome = executor(run, run_dir, run.timeout_s)
+                    outcome = executor(run, run_dir, timeout_s)
         finally:
             if gpu is not None:
                 free.put(gpu)

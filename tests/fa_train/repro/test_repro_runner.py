@@ -4,6 +4,7 @@ import json
 import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -142,11 +143,47 @@ def test_a_paused_run_without_its_checkpoint_starts_over(mini_recipe, tmp_path):
     assert data["runs"]["base"]["stretches"] == 1
 
 
-def test_pause_after_flag_rejects_non_positive_minutes(capsys):
+class ClockExecutor(FakeExecutor):
+    """Each run takes `seconds` of (monkeypatched) monotonic time and records its timeout."""
+
+    def __init__(self, clock, seconds):
+        super().__init__()
+        self.clock, self.seconds, self.timeouts = clock, seconds, {}
+
+    def __call__(self, run, run_dir, timeout_s):
+        self.timeouts[run.name] = timeout_s
+        self.clock[0] += self.seconds
+        return super().__call__(run, run_dir, timeout_s)
+
+
+def test_time_budget_pauses_runs_in_time_and_starts_none_too_late(mini_recipe, tmp_path, monkeypatch):
+    from fa_train.repro import runner
+    clock = [1000.0]
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(
+        monotonic=lambda: clock[0], perf_counter=time.perf_counter, sleep=time.sleep))
+    slow = ClockExecutor(clock, seconds=400.0)
+    said = io.StringIO()
+    data = run_recipe(mini_recipe, "smoke", tmp_path / "out", executor=slow, pause_after=30.0,
+                      time_budget=15.0, console=Console(file=said, width=200))
+    assert slow.calls == ["base", "fast"]            # 900 s budget: 100 s left, too few for bench
+    assert data["runs"]["base"]["overrides"]["pause_after"] == pytest.approx((900 - 120) / 60)
+    assert data["runs"]["fast"]["overrides"]["pause_after"] == pytest.approx((500 - 120) / 60)
+    assert slow.timeouts["fast"] == pytest.approx(500.0)
+    assert "bench" not in data["runs"] and "bench: not started (time budget spent)" in said.getvalue()
+    short = run_recipe(mini_recipe, "smoke", tmp_path / "o2", executor=FakeExecutor(),
+                       pause_after=2.0, time_budget=60.0, console=quiet())
+    assert short["runs"]["base"]["overrides"]["pause_after"] == 2.0   # the smaller limit wins
+    with pytest.raises(RecipeError, match="time_budget must be a positive"):
+        run_recipe(mini_recipe, "smoke", tmp_path / "o3", executor=FakeExecutor(), time_budget=0,
+                   console=quiet())
+
+
+@pytest.mark.parametrize("flag", ["--pause-after", "--time-budget"])
+def test_minute_flags_reject_non_positive_minutes(capsys, flag):
     for bad in ("0", "-3", "soon"):
         with pytest.raises(SystemExit):
-            cli.main(["run", "mini", "--scale", "smoke", "--pause-after", bad])
-        assert "--pause-after: must be a positive number of minutes" in capsys.readouterr().err
+            cli.main(["run", "mini", "--scale", "smoke", flag, bad])
+        assert f"{flag}: must be a positive number of minutes" in capsys.readouterr().err
 
 
 def test_classify():
