@@ -210,7 +210,8 @@ def table_cell(ours: Ours, spec: dict[str, Any]) -> Finding:
     col_spec = (table.get("columns") or {}).get(spec["column"]) or {}
     unit = (ptable.get("units") or {}).get(spec["column"], "")
     text = fmt_value(value, col_spec.get("fmt") or _metric_fmt(recipe, col_spec))
-    return Finding(text + (unit if unit in ("", "×", "%") else f" {unit}"), value)
+    text += unit if unit in ("", "×", "%") else f" {unit}"
+    return Finding(text + (f" ({why})" if why else ""), value)
 
 
 DERIVES = {"crossover": crossover, "fastest": fastest, "oom": oom}

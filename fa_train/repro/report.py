@@ -107,6 +107,21 @@ class Ours:
         entry = self.runs.get(run)
         return entry.get("status", "?") if entry else "not run"
 
+    def device(self, run: str) -> str | None:
+        """The GPU (or device) a run reported: metrics.json's device for training runs, the
+        environment's gpu/device for fa-bench files."""
+        entry = self.runs.get(run) or {}
+        metrics = entry.get("metrics") or {}
+        if entry.get("kind") == "bench":
+            for data in metrics.values():
+                env = data.get("environment") if isinstance(data, dict) else None
+                d = (env or {}).get("gpu") or (env or {}).get("device")
+                if isinstance(d, str):
+                    return d
+            return None
+        d = lookup(metrics, "device_name") or lookup(metrics, "device")
+        return d if isinstance(d, str) else None
+
     def metric(self, run: str, metric: str, where: dict | None = None) -> float | None:
         """The value of recipe metric `metric` for `run` (None when absent or not ok; a metric
         marked `so_far: true`, measured while training, also from a paused run)."""
@@ -212,15 +227,27 @@ def _cells(spec: Any, columns: list[str]) -> dict[str, dict[str, Any]]:
     return {c: (v if isinstance(v, dict) else {"run": v}) for c, v in (spec or {}).items()}
 
 
+def cell_runs(cell: dict[str, Any]) -> list[str]:
+    return cell["run"] if isinstance(cell["run"], list) else [cell["run"]]
+
+
 def cell_value(ours: Ours, cell: dict[str, Any], metric: str) -> tuple[float | None, str]:
-    """(value, text when missing) of a table cell: its run's metric, or for a list of runs (seeds)
-    their mean, given only when every run has the value (else the first missing run's text)."""
-    runs = cell["run"] if isinstance(cell["run"], list) else [cell["run"]]
-    found = [ours.cell(run, metric, cell.get("where")) for run in runs]
-    missing = next((f for f in found if f[0] is None), None)
-    if missing is not None:
-        return missing
-    return sum(v for v, _ in found) / len(found), ""
+    """(value, text) of a table cell: its run's metric (text: why it is missing), or for a list
+    of runs (seeds) the mean of those that have the value, with text "k of n seeds" while
+    some have none (without any: the first run's text)."""
+    found = [ours.cell(run, metric, cell.get("where")) for run in cell_runs(cell)]
+    have = [v for v, _ in found if v is not None]
+    if not have:
+        return found[0]
+    return sum(have) / len(have), ("" if len(have) == len(found)
+                                    else f"{len(have)} of {len(found)} seeds")
+
+
+def fmt_cell(value: float | None, text: str, fmt: str | None) -> str:
+    """A cell as shown: the value (with its note, e.g. "1 of 2 seeds"), else why it is missing."""
+    if value is None:
+        return text or MISSING
+    return fmt_value(value, fmt) + (f" ({text})" if text else "")
 
 
 def our_row(ours: Ours, table: dict[str, Any], row: str, columns: list[str],
@@ -265,18 +292,25 @@ def _ratio(ours, table, row, col, spec, cells, columns):
     one per task) it is the mean over the columns in `of` where both runs have the metric."""
     baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
     base_cells = _cells((table.get("rows") or {}).get(baseline), columns)
-    ratios = []
+    ratios, other_gpu = [], False
     for c in spec.get("of") or [col]:
         mine, base = cells.get(c), base_cells.get(c)
         if not mine or not base:
+            continue
+        if len(_cell_devices(ours, mine) | _cell_devices(ours, base)) > 1:
+            other_gpu = True          # a ratio of two GPUs' speeds measures the GPUs
             continue
         a = cell_value(ours, mine, spec["metric"])[0]
         b = cell_value(ours, base, spec["metric"])[0]
         if a and b:
             ratios.append(b / a if spec.get("lower_is_better") else a / b)
     if not ratios:
-        return None, "n/a"
+        return None, "baseline on another GPU" if other_gpu else "n/a"
     return sum(ratios) / len(ratios), ""
+
+
+def _cell_devices(ours: Ours, cell: dict[str, Any]) -> set[str]:
+    return {d for d in map(ours.device, cell_runs(cell)) if d}
 
 
 def _curve_gap(ours, table, row, col, spec, cells, columns):
@@ -354,6 +388,10 @@ def render_table(ours: Ours, table: dict[str, Any], scale: str) -> list[str]:
     cache: dict[str, dict[str, tuple[Any, str]]] = {}
     paper_rows = ptable["rows"]
     our_rows = table.get("rows") or {}
+    row_devices = {row: set().union(*[_cell_devices(ours, c) for c in
+                                      _cells(spec, columns + extra).values()])
+                   for row, spec in our_rows.items()}
+    several = len(set().union(*row_devices.values())) > 1   # then each row names its GPU
     for row in row_order(list(paper_rows) if show_paper else [], list(our_rows)):
         if row in paper_rows and show_paper:
             vals = [MISSING if v is None else str(v) for v in paper_rows[row]] + [MISSING] * len(extra)
@@ -362,11 +400,10 @@ def render_table(ours: Ours, table: dict[str, Any], scale: str) -> list[str]:
             got = our_row(ours, table, row, columns + extra, cache)
             cells = []
             for c in columns + extra:
-                value, why = got[c]
-                cells.append(fmt_value(value, (col_specs.get(c) or {}).get("fmt")
-                                       or _metric_fmt(recipe, col_specs.get(c)))
-                             if value is not None else (why or MISSING))
-            lines.append("| " + " | ".join([row, f"ours ({scale})"] + cells) + " |")
+                cells.append(fmt_cell(*got[c], (col_specs.get(c) or {}).get("fmt")
+                                      or _metric_fmt(recipe, col_specs.get(c))))
+            gpu = f", {' + '.join(sorted(row_devices[row]))}" if several and row_devices[row] else ""
+            lines.append("| " + " | ".join([row, f"ours ({scale}{gpu})"] + cells) + " |")
     notes = [n for n in [ptable.get("note"), table.get("note")] if n]
     lines += [""] + [f"_{n.strip()}_" for n in notes]
     return lines
@@ -553,19 +590,7 @@ def _steps_line(ours: Ours) -> str | None:
 
 
 def _devices(ours: Ours) -> list[str]:
-    names = set()
-    for entry in ours.runs.values():
-        d = lookup(entry.get("metrics") or {}, "device_name") or \
-            lookup(entry.get("metrics") or {}, "device")
-        if isinstance(d, str):
-            names.add(d)
-        if entry.get("kind") == "bench":       # fa-bench files: {"environment": {"gpu", "device"}}
-            for data in (entry.get("metrics") or {}).values():
-                env = data.get("environment") if isinstance(data, dict) else None
-                d = (env or {}).get("gpu") or (env or {}).get("device")
-                if isinstance(d, str):
-                    names.add(d)
-    return sorted(names)
+    return sorted({d for d in map(ours.device, ours.runs) if d})
 
 
 def paused_section(ours: Ours) -> list[str]:

@@ -328,7 +328,7 @@ def _unit(unit: str | None) -> str:
 
 
 def _glance_row(recipe) -> str:
-    from fa_train.repro.report import MISSING, Ours, _metric_fmt, fmt_value, our_row
+    from fa_train.repro.report import MISSING, Ours, _metric_fmt, fmt_cell, our_row
     spec = recipe.report.get("glance")
     title = recipe.title.split(" — ")[0]
     if not spec:
@@ -361,26 +361,33 @@ def _glance_row(recipe) -> str:
     scale, ours, cells = chosen
     col_spec = (table.get("columns") or {}).get(ocol)
     fmt = (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec)
-    shown = " / ".join(fmt_value(v, fmt) if v is not None else why or MISSING for v, why in cells)
-    gpus = sorted({g.split(",")[0] for g in (ours.data.get("host") or {}).get("gpus") or []})
-    where = f"{', '.join(gpus) or MISSING}, {_cell_date(ours, table, orows, ocol, columns)[:10]}"
+    shown = " / ".join(fmt_cell(v, why, fmt) for v, why in cells)
+    names = _cell_run_names(table, orows, ocol, columns)
+    gpus = sorted({d for d in map(ours.device, names) if d}) or \
+        sorted({g.split(",")[0] for g in (ours.data.get("host") or {}).get("gpus") or []})
+    where = f"{' + '.join(gpus) or MISSING}, {_cell_date(ours, names)[:10]}"
     link = f"[{recipe.name}/{scale}](reports/{recipe.name}/{scale}/report.md)"
     label = spec["ours"].get("label") or " / ".join(orows)
     return (f"| {title} | {paper} | {label}, {ocol}: {shown}{_unit(units.get(ocol))}"
             f" | {where} | {link} |")
 
 
-def _cell_date(ours, table: dict, rows: list[str], column: str, columns: list[str]) -> str:
-    """When the runs behind a glance cell finished (the latest of them); the results file's last
-    update for cells no single run fills (derived columns)."""
-    from fa_train.repro.report import _cells
+def _cell_run_names(table: dict, rows: list[str], column: str, columns: list[str]) -> list[str]:
+    """The runs behind a glance cell (none for derived columns)."""
+    from fa_train.repro.report import _cells, cell_runs
     names = []
     for row in rows:
-        cell = _cells((table.get("rows") or {}).get(row), columns).get(column) or {}
-        run = cell.get("run", [])
-        names += run if isinstance(run, list) else [run]
+        cell = _cells((table.get("rows") or {}).get(row), columns).get(column)
+        names += cell_runs(cell) if cell else []
+    return names
+
+
+def _cell_date(ours, names: list[str]) -> str:
+    """When the runs `names` finished (the latest of those that ran); the results file's last
+    update for cells no run fills (derived columns)."""
     dates = [str((ours.runs.get(n) or {}).get("finished") or "") for n in names]
-    return max(dates) if dates and all(dates) else str(ours.data.get("updated", ""))
+    dates = [d for d in dates if d]
+    return max(dates) if dates else str(ours.data.get("updated", ""))
 
 
 def glance_table() -> list[str]:

@@ -467,6 +467,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         run = with_session_overrides(run, run_dir, resuming, pause)
         if gpu is not None:
             run = replace(run, env={**run.env, "CUDA_VISIBLE_DEVICES": gpu})
+        if run.kind == "train" and not resuming:   # a fresh start keeps nothing of a run before
+            shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in result_files(run, run_dir):   # a retried run must not pass on old files
             stale.unlink()

@@ -97,7 +97,7 @@ def test_paused_runs_show_progress_and_curves_so_far(mini_recipe, tmp_path):
     assert (out / "loss.png").stat().st_size > 1000 and "](loss.png)" in text
 
 
-def test_a_cell_of_several_runs_is_their_mean_once_all_are_done(mini_recipe, tmp_path):
+def test_a_cell_of_several_runs_is_the_mean_of_those_done(mini_recipe, tmp_path):
     out = tmp_path / "reports"
     mini_recipe.data["report"]["tables"][0]["rows"]["Flash"] = {
         "ppl": ["base", "fast"], "speedup": ["base", "fast"], "tokens/s": ["base", "fast"]}
@@ -110,4 +110,21 @@ def test_a_cell_of_several_runs_is_their_mean_once_all_are_done(mini_recipe, tmp
     runs["fast"]["status"] = "paused"
     write_results(out, runs)
     text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Flash | ours (gpu) | 30.00 (1 of 2 seeds) | 1.00 | 1,000 (1 of 2 seeds) |" in text
+    runs["base"]["status"] = "paused"
+    write_results(out, runs)
+    text = render_report(mini_recipe, "gpu", out).read_text()
     assert "| Flash | ours (gpu) | paused | n/a | paused |" in text
+
+
+def test_speedups_only_within_one_gpu_model_and_rows_name_their_gpu(mini_recipe, tmp_path):
+    out = tmp_path / "reports"
+    runs = {name: train_entry(name, 30.0, tps, None)[0] for name, tps in (("base", 1000.0), ("fast", 3000.0))}
+    write_results(out, runs)
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Flash | ours (gpu) | 30.00 | 3.00 | 3,000 |" in text     # one GPU model: no names
+    runs["fast"]["metrics"]["device_name"] = "NVIDIA H200"
+    write_results(out, runs)
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Flash | ours (gpu, NVIDIA H200) | 30.00 | baseline on another GPU | 3,000 |" in text
+    assert "| Baseline | ours (gpu, NVIDIA H100 80GB HBM3) | 30.00 | 1.00 | 1,000 |" in text

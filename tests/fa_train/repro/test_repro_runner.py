@@ -120,9 +120,11 @@ def test_paused_runs_keep_their_checkpoint_and_continue(mini_recipe, tmp_path):
     assert failed_runs(data) == [] and paused_runs(data) == ["base"]
     assert "pause_after" not in data["runs"]["bench"]["overrides"]     # train runs only
 
+    (out / "base" / "metrics.csv").write_text("step,train/loss\n1,2.0\n")
     again = FakeExecutor()
     data = run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
     assert again.calls == ["base"]                                   # only the paused run
+    assert (out / "base" / "metrics.csv").is_file()                  # the resumed run appends
     base = data["runs"]["base"]
     assert base["status"] == "ok" and base["stretches"] == 2
     assert base["overrides"]["resume"] == str(out / "base")
@@ -135,9 +137,11 @@ def test_a_paused_run_without_its_checkpoint_starts_over(mini_recipe, tmp_path):
     run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause"}),
                console=quiet(), only=["base"])
     (out / "base" / "checkpoints" / "last.ckpt").unlink()
+    (out / "base" / "metrics.csv").write_text("step,train/loss\n1,2.0\n")
     said = io.StringIO()
     data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor(),
                       console=Console(file=said, width=200), only=["base"])
+    assert not (out / "base" / "metrics.csv").exists()   # no rows of the earlier attempt mixed in
     assert "checkpoint is gone: starting again from step 0" in said.getvalue()
     assert "resume" not in data["runs"]["base"]["overrides"]
     assert data["runs"]["base"]["stretches"] == 1
