@@ -86,7 +86,7 @@ def check_loader_config(batch_size: int, eval_batch_size: int | None, num_worker
 
 def check_run_config(cfg) -> None:
     """The run-level keys that no constructor sees: trainer step/epoch counts, global batch size,
-    pause_after, and the optional packages the chosen loggers need."""
+    pause_after, pause_at, and the optional packages the chosen loggers need."""
     trainer = cfg.get("trainer") or {}
     for key in ("max_steps", "max_epochs"):
         value = trainer.get(key)
@@ -98,6 +98,10 @@ def check_run_config(cfg) -> None:
     if pause is not None and (isinstance(pause, bool) or not isinstance(pause, (int, float))
                               or not pause > 0):
         raise UserError(f"pause_after must be a positive number of minutes (or null), got {pause!r}")
+    pause_at = cfg.get("pause_at")
+    if pause_at is not None and (isinstance(pause_at, bool) or not isinstance(pause_at, (int, float))
+                                 or not pause_at > 0):
+        raise UserError(f"pause_at must be a Unix time in seconds (or null), got {pause_at!r}")
     for name, logger in (cfg.get("logger") or {}).items():
         target = str((logger or {}).get("_target_", ""))
         for cls, (module, extra) in LOGGER_PACKAGES.items():

@@ -60,8 +60,8 @@ def train(cfg) -> dict:
         task = instantiate(cfg.task, model=model, _convert_="all")
         history = LossHistory(out_dir / "loss_curve.png", title=str(cfg.get("experiment_name") or ""))
         extra = [history, record]
-        if cfg.get("pause_after") is not None:
-            extra.append(PauseAfter(cfg.pause_after))
+        if cfg.get("pause_after") is not None or cfg.get("pause_at") is not None:
+            extra.append(PauseAfter(cfg.get("pause_after"), cfg.get("pause_at")))
         trainer, precision = build_trainer(cfg, out_dir, extra_callbacks=extra)
         accum = set_accumulation(trainer, int(cfg.data.batch_size), cfg.get("global_batch_size"))
         devices = trainer.num_devices * trainer.num_nodes

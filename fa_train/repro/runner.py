@@ -43,8 +43,8 @@ OOM_PATTERNS = re.compile(
     r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Cannot allocate memory|"
     r"DefaultCPUAllocator: can't allocate", re.IGNORECASE)
 TAIL_CHARS = 4000
-START_MARGIN_S = 120.0   # --time-budget: a training run's start-up and final checkpoint
-MIN_START_S = 240.0      # --time-budget: a run starts only with this much time left
+END_MARGIN_S = 45.0      # --time-budget: a paused run's final checkpoint and exit
+MIN_START_S = 150.0      # --time-budget: a run starts only with this much time left
 TRAIN_CONFIG_NAME = "config"   # configs/config.yaml, as fa_train.train.main uses
 
 
@@ -325,11 +325,11 @@ def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
             and (run_dir / "checkpoints" / "last.ckpt").is_file())
 
 
-def with_session_overrides(run: Run, run_dir: Path, resuming: bool,
-                           pause_after: float | None) -> Run:
+def with_session_overrides(run: Run, run_dir: Path, resuming: bool, pause_after: float | None,
+                           pause_at: float | None = None) -> Run:
     """The run with this invocation's own keys: ``init_from`` (its source run's folder beside
-    `run_dir`), ``resume`` (continue the paused run in `run_dir`) and ``pause_after`` (minutes);
-    other kinds of run are returned unchanged."""
+    `run_dir`), ``resume`` (continue the paused run in `run_dir`), ``pause_after`` (minutes) and
+    ``pause_at`` (Unix time); other kinds of run are returned unchanged."""
     if run.kind != "train":
         return run
     extra: dict[str, Any] = {}
@@ -339,6 +339,8 @@ def with_session_overrides(run: Run, run_dir: Path, resuming: bool,
         extra["resume"] = str(run_dir)
     if pause_after is not None:
         extra["pause_after"] = pause_after
+    if pause_at is not None:
+        extra["pause_at"] = pause_at
     return replace(run, overrides={**run.overrides, **extra}) if extra else run
 
 
@@ -385,9 +387,9 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     keeps its checkpoint, and running the recipe again continues it where it stopped.
 
     `time_budget` (minutes) ends the whole invocation in time (a batch job's time limit): each
-    training run pauses early enough to leave START_MARGIN_S for its start-up and checkpoint,
-    other runs get the time left as their timeout, and no run starts with under MIN_START_S
-    left (the next invocation starts it)."""
+    training run pauses (``pause_at``) END_MARGIN_S before the end, other runs get the time left
+    as their timeout, and no run starts with under MIN_START_S left (the next invocation starts
+    it)."""
     from rich.console import Console
 
     console = console or Console(stderr=True)
@@ -452,7 +454,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
             return
         resuming = resumable(prior, run, run_dir) and not force
         gpu = free.get() if gpus else None
-        timeout_s, pause = run.timeout_s, pause_after
+        timeout_s, pause_at = run.timeout_s, None
         if deadline is not None:
             left = deadline - time.monotonic()
             if left < MIN_START_S:
@@ -463,8 +465,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                     counts["not started"] = counts.get("not started", 0) + 1
                 return
             timeout_s = min(timeout_s or left, left)
-            pause = min(pause or float("inf"), (left - START_MARGIN_S) / 60)
-        run = with_session_overrides(run, run_dir, resuming, pause)
+            pause_at = round(time.time() + left - END_MARGIN_S)
+        run = with_session_overrides(run, run_dir, resuming, pause_after, pause_at)
         if gpu is not None:
             run = replace(run, env={**run.env, "CUDA_VISIBLE_DEVICES": gpu})
         if run.kind == "train" and not resuming:   # a fresh start keeps nothing of a run before

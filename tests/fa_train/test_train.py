@@ -152,11 +152,19 @@ def test_paused_run_keeps_its_checkpoint_and_resume_finishes_it(tmp_path):
     assert final["epoch"] == whole["epoch"]  # the pause, mid-epoch, did not end an epoch
 
 
-def test_pause_after_must_be_positive(tmp_path):
+def test_pause_after_and_pause_at_must_be_positive(tmp_path):
     from fa_train.errors import UserError, check_run_config
     for bad in (0, -1, "soon", True):
         with pytest.raises(UserError, match="pause_after must be a positive number of minutes"):
             check_run_config(OmegaConf.create({"trainer": {}, "pause_after": bad}))
+        with pytest.raises(UserError, match="pause_at must be a Unix time in seconds"):
+            check_run_config(OmegaConf.create({"trainer": {}, "pause_at": bad}))
+
+
+def test_pause_at_a_past_moment_pauses_at_the_first_step(tmp_path):
+    paused = train(make_cfg(tmp_path / "a", "default", SMALL + ["pause_at=1"], data=fake_lm(n_train=24),
+                            steps=6))
+    assert paused["status"] == "paused" and paused["global_step"] == 1
 
 
 def test_resume_auto_skips_a_run_with_another_model_shape(tmp_path, capsys):

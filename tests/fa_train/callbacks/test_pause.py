@@ -1,5 +1,9 @@
-"""PauseAfter: one process stops at the first step past its limit; several decide together."""
+"""PauseAfter: one process stops at the first step past its limit or moment; several decide
+together."""
+import time
 from types import SimpleNamespace
+
+import pytest
 
 from fa_train.callbacks.pause import SYNC_EVERY, PauseAfter
 
@@ -30,3 +34,16 @@ def test_ranks_decide_together_every_sync_every_steps():
     trainer.global_step = SYNC_EVERY
     pause.on_train_batch_end(trainer, None, None, None, 0)
     assert votes == [False] and trainer.should_stop and pause.paused
+
+
+@pytest.mark.parametrize("at, stops", [(time.time() - 1, True), (time.time() + 3600, False)])
+def test_a_moment_stops_at_the_first_step_after_it(at, stops):
+    pause, votes = PauseAfter(at=at), []
+    trainer = fake_trainer(1, votes)
+    pause.on_train_batch_end(trainer, None, None, None, 0)
+    assert trainer.should_stop == stops and pause.paused == stops
+
+
+def test_a_pause_needs_minutes_or_a_moment():
+    with pytest.raises(ValueError, match="minutes or at"):
+        PauseAfter()

@@ -164,19 +164,19 @@ def test_time_budget_pauses_runs_in_time_and_starts_none_too_late(mini_recipe, t
     from fa_train.repro import runner
     clock = [1000.0]
     monkeypatch.setattr(runner, "time", types.SimpleNamespace(
-        monotonic=lambda: clock[0], perf_counter=time.perf_counter, sleep=time.sleep))
+        monotonic=lambda: clock[0], time=lambda: clock[0] + 1e9, perf_counter=time.perf_counter,
+        sleep=time.sleep))
     slow = ClockExecutor(clock, seconds=400.0)
     said = io.StringIO()
     data = run_recipe(mini_recipe, "smoke", tmp_path / "out", executor=slow, pause_after=30.0,
                       time_budget=15.0, console=Console(file=said, width=200))
     assert slow.calls == ["base", "fast"]            # 900 s budget: 100 s left, too few for bench
-    assert data["runs"]["base"]["overrides"]["pause_after"] == pytest.approx((900 - 120) / 60)
-    assert data["runs"]["fast"]["overrides"]["pause_after"] == pytest.approx((500 - 120) / 60)
+    end = 1000.0 + 1e9 + 900                         # the budget's end in Unix time
+    for name in ("base", "fast"):                   # both pause at the end, less the margin
+        assert data["runs"][name]["overrides"]["pause_at"] == round(end - runner.END_MARGIN_S)
+        assert data["runs"][name]["overrides"]["pause_after"] == 30.0   # kept: whichever first
     assert slow.timeouts["fast"] == pytest.approx(500.0)
     assert "bench" not in data["runs"] and "bench: not started (time budget spent)" in said.getvalue()
-    short = run_recipe(mini_recipe, "smoke", tmp_path / "o2", executor=FakeExecutor(),
-                       pause_after=2.0, time_budget=60.0, console=quiet())
-    assert short["runs"]["base"]["overrides"]["pause_after"] == 2.0   # the smaller limit wins
     with pytest.raises(RecipeError, match="time_budget must be a positive"):
         run_recipe(mini_recipe, "smoke", tmp_path / "o3", executor=FakeExecutor(), time_budget=0,
                    console=quiet())
