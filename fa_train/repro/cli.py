@@ -4,14 +4,17 @@
     fa-repro run RECIPE --scale smoke|gpu|full [--out DIR] [--only RUN] [--dry-run] [--in-process] [--jobs N]
                  [--gpus IDS] [--pause-after MINUTES] [--time-budget MINUTES]
     fa-repro report RECIPE [--scale S] [--out DIR]
+    fa-repro merge SOURCE [--into DIR] [--only RUN]
     fa-repro results [--check]
 
 RECIPE is a name (`table3_lra`) or a path (`recipes/table3_lra.yaml`). The default output
 folder is reports/<recipe>/<scale>/. With --pause-after, each training run stops after MINUTES
 and keeps its checkpoint; the same command run again (on this or another machine, with the
 output folder carried over) continues the paused runs; --time-budget ends the invocation within
-MINUTES, pausing training runs in time. `results` renders README.md's results-at-a-glance table
-and RESULTS.md's measured tables from the committed result files.
+MINUTES, pausing training runs in time. `merge` brings an output folder made elsewhere (a GPU
+host's scratch --out) into reports/: runs that finished later replace their entries. `results`
+renders README.md's results-at-a-glance table and RESULTS.md's measured tables from the
+committed result files.
 """
 from __future__ import annotations
 
@@ -62,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="end within MINUTES (a batch job's limit): training runs pause in time, "
                         "runs that would start too late wait for the next invocation")
     r.add_argument("--no-report", action="store_true", help="do not render report.md afterwards")
+    m = sub.add_parser("merge", help="bring runs from another output folder into reports/ "
+                                     "(those that finished later than the entries there)")
+    m.add_argument("source", help="an output folder of `fa-repro run --out` (holds results.json)")
+    m.add_argument("--into", default=None,
+                   help="the folder to merge into (default reports/<recipe>/<scale>)")
+    m.add_argument("--only", action="append", default=None, metavar="RUN",
+                   help="merge only this run (repeatable)")
     rep = sub.add_parser("report", help="render report.md and plots from a recipe's results")
     rep.add_argument("recipe")
     rep.add_argument("--scale", choices=SCALES, default=None,
@@ -102,12 +112,26 @@ def cmd_list() -> int:
     return 0
 
 
+def cmd_merge(source: str, into: str | None, only: list[str] | None) -> int:
+    from fa_train.repro.merge import merge_results
+    try:
+        dest, taken = merge_results(source, into, only)
+    except RecipeError as exc:
+        print(f"fa-repro: {exc}", file=sys.stderr)
+        return 2
+    print(f"{dest}: {len(taken)} run(s) merged" + (f" ({', '.join(taken)})" if taken else "")
+          + "; fa-repro report renders it")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "list":
         return cmd_list()
     if args.command == "results":
         return cmd_results(args.check)
+    if args.command == "merge":
+        return cmd_merge(args.source, args.into, args.only)
     try:
         recipe = load_recipe(args.recipe)
         if args.command == "run":
