@@ -94,14 +94,12 @@ def check_run_config(cfg) -> None:
             check_int(f"trainer.{key}", value, low=1)
     if cfg.get("global_batch_size") is not None:
         check_int("global_batch_size", cfg.global_batch_size)
-    pause = cfg.get("pause_after")
-    if pause is not None and (isinstance(pause, bool) or not isinstance(pause, (int, float))
-                              or not pause > 0):
-        raise UserError(f"pause_after must be a positive number of minutes (or null), got {pause!r}")
-    pause_at = cfg.get("pause_at")
-    if pause_at is not None and (isinstance(pause_at, bool) or not isinstance(pause_at, (int, float))
-                                 or not pause_at > 0):
-        raise UserError(f"pause_at must be a Unix time in seconds (or null), got {pause_at!r}")
+    for key, what in (("pause_after", "a positive number of minutes"),
+                      ("pause_at", "a Unix time in seconds")):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not value > 0):
+            raise UserError(f"{key} must be {what} (or null), got {value!r}")
     for name, logger in (cfg.get("logger") or {}).items():
         target = str((logger or {}).get("_target_", ""))
         for cls, (module, extra) in LOGGER_PACKAGES.items():

@@ -49,8 +49,9 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
         if held and held.get(key) != theirs[key]:
             raise RecipeError(f"{src} holds {key} {theirs[key]!r} but {dest} holds "
                               f"{held.get(key)!r}: merge folders of the same recipe and scale")
-    ours = Results(dest, recipe, scale)
-    newer_host = not held or str(theirs.get("updated") or "") > str(held.get("updated") or "")
+    ours = Results(dest, recipe, scale)   # written only when a run is recorded
+    if not held or str(theirs.get("updated") or "") > str(held.get("updated") or ""):
+        ours.data["host"] = theirs.get("host")
     unknown = sorted(set(only or []) - set(theirs.get("runs", {})))
     if unknown:
         raise RecipeError(f"--only names runs that {src} does not hold: {', '.join(unknown)}")
@@ -68,8 +69,6 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
             target = dest / str(entry.get("run_dir", name))
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(folder, target)
-        if newer_host:
-            ours.data["host"] = theirs.get("host")
         ours.record(name, entry)
         taken.append(name)
     return dest, taken

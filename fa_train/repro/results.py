@@ -297,23 +297,25 @@ def _seed(results_path: str, run: dict) -> str:
 
 def lra():
     from fa_train.repro.recipe import load_recipe
+    from fa_train.repro.report import Ours
     path = "reports/table3_lra/gpu/results.json"
-    data = load(path)
+    recipe = load_recipe("table3_lra")
+    ours = Ours(recipe, ROOT / Path(path).parent)
     lines = ["", f"Long-Range Arena on generated data at the paper's protocol (recipe table3_lra, scale "
              f"gpu; `{path}`), one row per run that has run: test accuracy (%), optimizer steps, "
              "tokens/s, the GPU and the day it finished", "",
              "| run | task | attention | seed | test acc | steps | tokens/s | GPU | finished |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for name in load_recipe("table3_lra").scale_run_names("gpu"):
-        run = data["runs"].get(name)
+    for name in recipe.scale_run_names("gpu"):
+        run = ours.runs.get(name)
         if run is None:
             continue
-        labels, metrics = run.get("labels") or {}, run.get("metrics") or {}
+        labels = run.get("labels") or {}
         lines.append(f"| {name} | {labels.get('task')} | {labels.get('impl')} | {_seed(path, run)} | "
                      f"{_metric(run, 'test/acc', '.1f', scale=100)} | "
                      f"{_metric(run, 'global_step', '.0f', so_far=True)} | "
                      f"{_metric(run, 'tokens_per_sec_per_device', ',.0f', so_far=True)} | "
-                     f"{metrics.get('device_name') or metrics.get('device') or '–'} | "
+                     f"{ours.device(name) or '–'} | "
                      f"{str(run.get('finished', ''))[:10]} |")
     path = "reports/table6_pathx/gpu/results.json"
     runs, data = _by_label(path, "task", "impl")
