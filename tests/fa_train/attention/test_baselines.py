@@ -119,6 +119,22 @@ def test_performer_converges_to_softmax_attention_as_features_grow(causal):
     assert errors[4096] < errors[64] < errors[8]
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_performer_gradients_stay_finite_when_queries_and_keys_barely_overlap(causal):
+    # long queries and keys pointing opposite ways: phi_q . phi_k ~ exp(-|q| |k| / sqrt(d)),
+    # near or below float32's smallest normal, where the backward of num / den overflowed
+    q, k, v = _qkv(n=16, dtype=torch.float32)
+    direction = F.normalize(torch.randn(8, generator=torch.Generator().manual_seed(0)), dim=0)
+    for norm in torch.arange(28.0, 40.0, 0.5).tolist():
+        qn, kn, vn = (t.detach().clone().requires_grad_() for t in
+                      (norm * direction + 0.1 * q, -norm * direction + 0.1 * k, v))
+        torch.manual_seed(0)
+        out = _build("performer", nb_features=32, chunk_size=8)(qn, kn, vn, causal=causal)
+        out.square().sum().backward()
+        for t in (out, qn.grad, kn.grad, vn.grad):
+            assert torch.isfinite(t).all(), norm
+
+
 def test_performer_features_are_orthogonal_and_redrawn_on_schedule():
     from fa_train.attention.performer import orthogonal_gaussian
     w = orthogonal_gaussian(12, 8, torch.Generator().manual_seed(0))
@@ -227,6 +243,9 @@ def test_unsupported_calls_fail_in_one_line(impl, call, message):
     (lambda: _build("reformer", bucket_size=0), "attention.bucket_size=0 is invalid: expected an"),
     (lambda: _build("performer", nb_features=2.5), "attention.nb_features=2.5 is invalid"),
     (lambda: _build("performer", redraw_interval=-1), "attention.redraw_interval=-1 is invalid"),
+    (lambda: _build("performer", feature_eps=-1e-4),
+     r"attention.feature_eps=-0.0001 is invalid: expected a number in \[0, inf\)"),
+    (lambda: _build("performer", feature_eps="tiny"), "attention.feature_eps='tiny' is invalid"),
     (lambda: _build("smyrf", n_hashes=0), "attention.n_hashes=0 is invalid: expected an integer"),
     (lambda: _build("linear", chunk_size=-1), "attention.chunk_size=-1 is invalid"),
     (lambda: _build("linformer", n=16)(*_qkv(n=17)), "at most max_seq_len = 16 tokens, got 17"),
