@@ -1,8 +1,9 @@
 """Training callbacks: throughput (tokens/s per GPU), MFU, peak memory, loss history and plot,
-the training clock, pausing after a stretch of wall time, the run's checkpoint and its metrics.json
-record."""
+the training clock, pausing after a stretch of wall time, stopping a diverged run, the run's
+checkpoint and its metrics.json record."""
 from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.clock import TrainingClock
+from fa_train.callbacks.divergence import StopOnDivergence
 from fa_train.callbacks.history import LossHistory
 from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
@@ -10,4 +11,4 @@ from fa_train.callbacks.progress import ProgressBar
 from fa_train.callbacks.run_record import RunRecord
 
 __all__ = ["LastCheckpoint", "LossHistory", "PauseAfter", "PerfMonitor", "ProgressBar", "RunRecord",
-           "TrainingClock"]
+           "StopOnDivergence", "TrainingClock"]

@@ -6,7 +6,8 @@ Lightning's loop state still says "mid-epoch, batch k": resuming from it continu
 step, epoch and data position. A run that ends otherwise (epochs, early stop) saves once more
 at the end. Each save goes to a temporary file that replaces last.ckpt only once complete, so a
 crash during a save leaves the previous checkpoint loadable, and no versioned copies
-(last-v1.ckpt) ever appear.
+(last-v1.ckpt) ever appear. Weights that are no longer finite are never saved: a diverged run keeps
+the checkpoint saved before.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import lightning as L
 
+from fa_train.callbacks.divergence import parameters_finite
 from fa_train.utils.checkpoints import commit, partial_path
 
 
@@ -28,6 +30,8 @@ class LastCheckpoint(L.Callback):
         self.saved_step: int | None = None
 
     def save(self, trainer: L.Trainer) -> None:
+        if not parameters_finite(trainer.lightning_module):
+            return
         tmp = partial_path(self.path)
         trainer.save_checkpoint(tmp)  # every rank takes part; global rank 0 writes
         if trainer.is_global_zero:

@@ -1,13 +1,14 @@
 """``metrics.json``: what a run was and how it ended, written whether it succeeded or not.
 
-Keys: status ("running" | "ok" | "paused" | "oom" | "failed"), error (and traceback when failed), experiment,
-git_commit, output_dir, resumed_from; from `describe`: attention (resolved), model, n_params,
-seq_len, batch_size, global_batch_size, accumulate_grad_batches, devices, precision; at the end:
-global_step, epoch, wall_time_s, every final logged metric (val/loss, val/ppl, val/acc, test/...),
-PerfMonitor's summary (tokens_per_sec_per_device, mfu, peak_memory_gib, flops_per_token, ...),
-tokens_per_sec (per device x world_size) and world_size, train_loss_first, train_loss_last,
-loss_start / loss_end (means of the first / last 10 optimizer steps), block-sparse layout
-statistics, checkpoint, loss_curve, metrics_csv.
+Keys: status ("running" | "ok" | "paused" | "diverged" | "oom" | "failed"), error (and traceback
+when failed), experiment, git_commit, output_dir, resumed_from; from `describe`: attention
+(resolved), model, n_params, seq_len, batch_size, global_batch_size, accumulate_grad_batches,
+devices, precision; at the end: global_step, epoch, wall_time_s, every final logged metric
+(val/loss, val/ppl, val/acc, test/...), PerfMonitor's summary (tokens_per_sec_per_device, mfu,
+peak_memory_gib, flops_per_token, ...), tokens_per_sec (per device x world_size) and world_size,
+train_loss_first, train_loss_last, loss_start / loss_end (means of the first / last 10 optimizer
+steps), block-sparse layout statistics, checkpoint, loss_curve, metrics_csv; diverged_at_step
+when training diverged.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 import lightning as L
 
 from fa_train.callbacks.checkpoint import LastCheckpoint
+from fa_train.callbacks.divergence import StopOnDivergence
 from fa_train.callbacks.history import LossHistory
 from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
@@ -64,11 +66,17 @@ class RunRecord(L.Callback):
 
     @contextmanager
     def capture(self):
-        """Runs the body; records ok / oom / failed; re-raises everything but out-of-memory."""
+        """Runs the body; records ok / paused / diverged / oom / failed; re-raises everything but
+        out-of-memory."""
         t0 = time.time()
         try:
             yield self
             self.metrics["status"] = "paused" if self.paused() else "ok"
+            if self.diverged():
+                stop = self._callback(StopOnDivergence)
+                self.metrics.update(status="diverged", diverged_at_step=stop.diverged_at,
+                                    error=f"training diverged by step {stop.diverged_at}: "
+                                          f"{stop.reason}")
         except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised unless OOM
             if not is_oom(exc):
                 self.metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
@@ -86,6 +94,11 @@ class RunRecord(L.Callback):
         """True when training was stopped by `pause_after` (to be resumed), not finished."""
         pause = self._callback(PauseAfter)
         return bool(pause and pause.paused)
+
+    def diverged(self) -> bool:
+        """True when training was stopped because it diverged (`StopOnDivergence`)."""
+        stop = self._callback(StopOnDivergence)
+        return bool(stop and stop.diverged_at is not None)
 
     def _callback(self, cls):
         callbacks = self.trainer.callbacks if self.trainer is not None else []

@@ -36,6 +36,8 @@ import yaml
 from fa_train.repro.recipe import Recipe
 from fa_train.repro.runner import RESULTS_FILE, default_out_dir, load_json
 
+TRAIN_LOSS_KEYS = ["train/loss", "train_loss", "loss", "train/loss_step"]
+
 MISSING = "–"
 
 
@@ -101,7 +103,20 @@ class Ours:
         self.recipe = recipe
         self.out_dir = out_dir
         self.data = load_json(out_dir / RESULTS_FILE) or {"runs": {}}
-        self.runs: dict[str, dict[str, Any]] = self.data.get("runs", {})
+        self.runs: dict[str, dict[str, Any]] = {
+            name: self.settled(entry) for name, entry in self.data.get("runs", {}).items()}
+
+    def settled(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """The entry as reported: a training run recorded ok whose final training loss is not
+        finite diverged (the step: the first non-finite training loss of its metrics.csv)."""
+        metrics = entry.get("metrics") or {}
+        last = metrics.get("train_loss_last")
+        if entry.get("status") != "ok" or entry.get("kind") != "train" or \
+                not isinstance(last, (int, float)) or math.isfinite(last):
+            return entry
+        step = first_nonfinite_step(self.out_dir / entry.get("run_dir", "") / "metrics.csv")
+        return dict(entry, status="diverged", metrics=dict(metrics, diverged_at_step=step),
+                    error=f"training loss not finite from step {step} on")
 
     def status(self, run: str) -> str:
         entry = self.runs.get(run)
@@ -185,13 +200,21 @@ class Ours:
         if "reach" in spec and readable(status, spec):
             value, why = self.time_to_reach(self.runs[run], spec["reach"])
             return value, (f"{why} (paused)" if status == "paused" else why)
+        if status == "diverged":
+            return None, diverged_text(self.runs[run])
         return None, {"ok": "n/a", "oom": "OOM", "not run": "not run"}.get(status, status)
 
 
+def diverged_text(entry: dict[str, Any]) -> str:
+    """'diverged at step N' for a diverged run's entry ('diverged' when the step is unknown)."""
+    step = (entry.get("metrics") or {}).get("diverged_at_step")
+    return "diverged" if step is None else f"diverged at step {step:,}"
+
+
 def readable(status: str | None, spec: dict[str, Any]) -> bool:
-    """Whether a run with `status` gives metric `spec`: finished runs do; paused ones only for
-    metrics marked `so_far` (measured while training)."""
-    return status == "ok" or status == "paused" and bool(spec.get("so_far"))
+    """Whether a run with `status` gives metric `spec`: finished runs do; paused and diverged ones
+    only for metrics marked `so_far` (measured while training)."""
+    return status == "ok" or status in ("paused", "diverged") and bool(spec.get("so_far"))
 
 
 def first_number(data: Any, keys: Iterable[str]) -> float | None:
@@ -441,6 +464,12 @@ def _pyplot():
     return plt
 
 
+def first_nonfinite_step(path: Path) -> int | None:
+    """The first optimizer step whose training loss in a metrics.csv is not finite (None: none)."""
+    xs, ys = read_loss_csv(path, TRAIN_LOSS_KEYS)
+    return next((int(x) for x, y in zip(xs, ys) if not math.isfinite(y)), None)
+
+
 def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:
     """(x, values) of the first column in `keys` present in a metrics.csv, x from column `x_key`
     (the optimizer step by default); rows without both are skipped."""
@@ -476,18 +505,19 @@ def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[lis
 
 def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
     plt = _pyplot()
-    keys = plot.get("keys") or ["train/loss", "train_loss", "loss", "train/loss_step"]
+    keys = plot.get("keys") or TRAIN_LOSS_KEYS
     runs = plot.get("runs") or [n for n, e in ours.runs.items() if e.get("kind") == "train"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = 0
     for run in runs:
         entry = ours.runs.get(run)
-        if not entry or entry.get("status") not in ("ok", "paused"):
+        if not entry or entry.get("status") not in ("ok", "paused", "diverged"):
             continue
         xs, ys = read_loss_csv(ours.out_dir / entry.get("run_dir", run) / "metrics.csv", keys,
                                x_key=plot.get("x", "step"))
         if xs:
-            label = run + (" (paused: so far)" if entry.get("status") == "paused" else "")
+            label = run + {"paused": " (paused: so far)", "diverged": f" ({diverged_text(entry)})"
+                           }.get(entry.get("status"), "")
             ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
             drawn += 1
     if not drawn:

@@ -244,15 +244,18 @@ def _hosts(data):
 
 def _metric(run, key, spec, scale=1, so_far=False):
     """A run's metric as text; `so_far`: a value measured while training (steps, throughput)
-    is shown for a paused run too, marked as such."""
+    is shown for a paused or diverged run too, marked as such."""
     if run is None:
         return "not run"
     status = run.get("status")
-    if status != "ok" and not (so_far and status == "paused"):
+    if status == "diverged" and not so_far:
+        from fa_train.repro.report import diverged_text
+        return diverged_text(run)
+    if status != "ok" and not (so_far and status in ("paused", "diverged")):
         return status
     value = (run.get("metrics") or {}).get(key)
     text = "–" if value is None else format(scale * value, spec)
-    return text if status == "ok" else f"{text} (paused)"
+    return text if status == "ok" else f"{text} ({status})"
 
 
 def context_sweep():

@@ -270,6 +270,8 @@ def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tup
         return "failed", _error_line(outcome.output) or f"exit status {outcome.returncode}"
     if reported == "paused":
         return "paused", None
+    if reported == "diverged":
+        return "diverged", metrics.get("error") or "training diverged"
     if reported and reported != "ok":
         return ("failed", f"metrics.json status {reported!r}")
     if not has_result:
@@ -315,8 +317,10 @@ class Results:
 
 
 def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
-    """A run is done when results.json says ok and its result file still exists."""
-    return bool(entry) and entry.get("status") == "ok" and bool(result_files(run, run_dir))
+    """A run is done when results.json says ok (or diverged: a result too; --force reruns it)
+    and its result file still exists."""
+    return (bool(entry) and entry.get("status") in ("ok", "diverged")
+            and bool(result_files(run, run_dir)))
 
 
 def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
@@ -443,7 +447,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
             if not force and is_done(prior, run, run_dir):
                 if prior.get("labels") != run.labels:  # labels only describe a run: follow the recipe
                     results.record(run.name, dict(prior, labels=run.labels))
-                console.print(f"{prefix}: [green]ok[/] (done before, skipped)")
+                console.print(f"{prefix}: [green]{prior['status']}[/] (done before, skipped)")
                 counts["skipped"] = counts.get("skipped", 0) + 1
                 return
         waiting = source_ready(results, run, out)
@@ -515,7 +519,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         with lock:
             results.record(run.name, entry)
             counts[status] = counts.get(status, 0) + 1
-        colour = {"ok": "green", "oom": "yellow", "paused": "yellow"}.get(status, "red")
+        colour = {"ok": "green", "oom": "yellow", "paused": "yellow", "diverged": "yellow"}.get(status, "red")
         console.print(f"{prefix}: [{colour}]{status}[/] in {duration:.1f} s"
                       + (f" — {error}" if error else ""), highlight=False)
 
@@ -534,9 +538,10 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
 
 
 def failed_runs(data: dict[str, Any]) -> list[str]:
-    """Runs whose status is not ok, oom (a legitimate result) or paused (to be continued)."""
+    """Runs whose status is not ok, oom or diverged (legitimate results) or paused (to be
+    continued)."""
     return [n for n, e in data.get("runs", {}).items()
-            if e.get("status") not in ("ok", "oom", "paused")]
+            if e.get("status") not in ("ok", "oom", "diverged", "paused")]
 
 
 def paused_runs(data: dict[str, Any]) -> list[str]:

@@ -352,3 +352,21 @@ def test_debug_smoke_cuts_any_experiment_to_a_cpu_run(experiment):
     assert cfg.trainer.max_steps == 2 and cfg.callbacks.progress is None
     assert cfg.model.n_layer == 1 and cfg.model.d_model == 32 and cfg.data.batch_size == 2
     assert cfg.experiment_name == f"{experiment}-sdpa"  # named after its attention
+
+
+def test_a_diverging_run_stops_and_says_so(tmp_path):
+    """A learning rate that overflows the weights: the run stops at the first check after the
+    weights stop being finite, records "diverged" and the step, runs no test pass, and keeps no
+    checkpoint with non-finite weights."""
+    from fa_train.callbacks.divergence import CHECK_EVERY
+    m = train(make_cfg(tmp_path, "default", SMALL + ["task.optimizer.lr=1e30", "run_test=true",
+                                                     "task.scheduler.warmup_steps=0"],
+                       data=fake_lm(n_train=512), steps=4 * CHECK_EVERY))
+    assert m["status"] == "diverged" and m["diverged_at_step"] == CHECK_EVERY == m["global_step"]
+    assert "diverged by step" in m["error"] and not any(k.startswith("test/") for k in m)
+    on_disk = json.loads(Path(m["output_dir"], "metrics.json").read_text())
+    assert on_disk["status"] == "diverged"
+    ckpt = Path(m["output_dir"], "checkpoints", "last.ckpt")   # saved every 3 steps when finite
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)["state_dict"]
+        assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())

@@ -97,6 +97,28 @@ def test_paused_runs_show_progress_and_curves_so_far(mini_recipe, tmp_path):
     assert (out / "loss.png").stat().st_size > 1000 and "](loss.png)" in text
 
 
+def test_diverged_runs_say_where_whether_recorded_so_or_only_by_their_loss(mini_recipe, tmp_path):
+    """A run recorded "diverged" and one recorded "ok" whose final training loss is NaN both show
+    "diverged at step N" (N: the recorded step, else the first NaN of metrics.csv) instead of a
+    number, and their curves are drawn."""
+    out = tmp_path / "reports"
+    base, _ = train_entry("base", 30.0, 1000.0, None)
+    base.update(status="diverged", error="training diverged by step 50: parameters not finite")
+    base["metrics"].update(status="diverged", diverged_at_step=50)
+    fast, _ = train_entry("fast", 2.3, 3000.0, None)
+    fast["metrics"]["train_loss_last"] = float("nan")
+    for name in ("base", "fast"):
+        (out / name).mkdir(parents=True)
+        (out / name / "metrics.csv").write_text(
+            "epoch,step,train/loss\n0,0,10.0\n0,1249,nan\n0,1259,nan\n")
+    write_results(out, {"base": base, "fast": fast})
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Baseline | ours (gpu) | diverged at step 50 |" in text
+    assert "| Flash | ours (gpu) | diverged at step 1,249 |" in text
+    assert "| fast | diverged | training loss not finite from step 1249 on |" in text
+    assert "statuses 2 diverged" in text and (out / "loss.png").stat().st_size > 1000
+
+
 def test_a_cell_of_several_runs_is_the_mean_of_those_done(mini_recipe, tmp_path):
     out = tmp_path / "reports"
     mini_recipe.data["report"]["tables"][0]["rows"]["Flash"] = {

@@ -42,7 +42,7 @@ class FakeExecutor:
             rows = [{"impl": "flash", "seqlen": 128, "pass": "fwd+bwd", "status": "ok", "ms": 1.0}]
             (run_dir / "attention.json").write_text(json.dumps({"rows": rows}))
             return Outcome(0, "")
-        status = "oom" if how == "metrics-oom" else "ok"
+        status = {"metrics-oom": "oom", "diverge": "diverged"}.get(how, "ok")
         metrics = {"status": status, "val/ppl": 20.0, "tokens_per_sec_per_device": 1000.0,
                    "global_step": run.overrides.get("trainer.max_steps", 0)}
         (run_dir / "metrics.json").write_text(json.dumps(metrics))
@@ -106,6 +106,18 @@ def test_failures_and_oom_are_results_and_retried(mini_recipe, tmp_path):
     assert data["runs"]["base"]["status"] == "ok"
     assert data["runs"]["fast"]["status"] == "oom"   # train() caught the OOM: metrics say so
     assert data["runs"]["bench"]["status"] == "ok"
+
+
+def test_a_diverged_run_is_a_result_and_reruns_only_when_forced(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "diverge"}),
+                      console=quiet())
+    assert data["runs"]["base"]["status"] == "diverged" and failed_runs(data) == []
+    again = FakeExecutor()
+    run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
+    assert again.calls == []
+    run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet(), force=True, only=["base"])
+    assert again.calls == ["base"]
 
 
 def test_paused_runs_keep_their_checkpoint_and_continue(mini_recipe, tmp_path):
@@ -197,6 +209,8 @@ def test_classify():
     assert classify(Outcome(1, "RuntimeError: boom"), {}, False) == ("failed", "RuntimeError: boom")
     assert classify(Outcome(0, ""), {"status": "failed"}, True)[0] == "failed"
     assert classify(Outcome(0, ""), {"status": "paused"}, True) == ("paused", None)
+    assert classify(Outcome(0, ""), {"status": "diverged", "error": "training diverged by step 50"},
+                    True) == ("diverged", "training diverged by step 50")
 
 
 def test_dry_run_runs_nothing(mini_recipe, tmp_path, capsys):
