@@ -10,7 +10,7 @@ from fa_train.repro.recipe import (SCALES, Recipe, Run, format_override_value, l
 REPO = Path(__file__).resolve().parents[3]
 EXPECTED = {"table1_bert", "table2_gpt2", "table3_lra", "table4_gpt2_context", "table5_longdoc",
             "table6_pathx", "figure2_io", "figure3_attention", "context_sweep", "ddp_scaling",
-            "pathfinder32_learning"}
+            "pathfinder32_learning", "listops_plateau"}
 RECIPES = list_recipe_paths(REPO / "recipes")
 
 
