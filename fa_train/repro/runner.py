@@ -348,6 +348,22 @@ def with_session_overrides(run: Run, run_dir: Path, resuming: bool, pause_after:
     return replace(run, overrides={**run.overrides, **extra}) if extra else run
 
 
+def recorded_elsewhere(recipe: Recipe, scale: str, out: Path, runs: list[Run]) -> str:
+    """When `out` has no results yet but the recipe's default folder records some of `runs`:
+    what it records and how to use it ('' otherwise). Those runs would start over in `out`."""
+    default = default_out_dir(recipe, scale).resolve()
+    if out == default or (out / RESULTS_FILE).exists():
+        return ""
+    recorded = (load_json(default / RESULTS_FILE) or {}).get("runs", {})
+    statuses = [recorded[r.name].get("status") for r in runs if r.name in recorded]
+    if not statuses:
+        return ""
+    paused = statuses.count("paused")
+    return (f"{default} records {len(statuses)} of these runs"
+            + (f" ({paused} paused)" if paused else "")
+            + f": copy that folder to {out} first to skip or continue them")
+
+
 def source_ready(results: "Results", run: Run, out: Path) -> str:
     """Why `run` cannot start yet ('' when it can): its init_from source must be ok with its
     checkpoint kept."""
@@ -420,6 +436,9 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     sc = recipe.scale(scale)
     console.print(f"[bold]{recipe.name}[/] — {recipe.title}\n"
                   f"scale [cyan]{scale}[/] ({sc['hardware']}); {len(runs)} run(s) -> {out}")
+    elsewhere = recorded_elsewhere(recipe, scale, out, runs)
+    if elsewhere:
+        console.print(f"note: {out} starts empty, but {elsewhere}", highlight=False)
     if dry_run:
         for i, run in enumerate(runs, 1):
             planned = with_session_overrides(run, out / run.name, False, pause_after)

@@ -213,6 +213,23 @@ def test_classify():
                     True) == ("diverged", "training diverged by step 50")
 
 
+def test_a_scratch_folder_says_which_runs_the_reports_folder_records(mini_recipe, tmp_path,
+                                                                      monkeypatch):
+    """--out to an empty folder while reports/<recipe>/<scale> records some of the runs: one note
+    says so (those runs would start over); no note once the folder has its own results."""
+    monkeypatch.chdir(tmp_path)
+    run_recipe(mini_recipe, "smoke", None, executor=FakeExecutor({"base": "pause"}), console=quiet())
+    log = tmp_path / "log"
+    run_recipe(mini_recipe, "smoke", tmp_path / "scratch", dry_run=True,
+               console=Console(file=open(log, "w"), width=300))
+    assert (f"note: {tmp_path / 'scratch'} starts empty, but {tmp_path / 'reports/mini/smoke'} "
+            f"records 3 of these runs (1 paused): copy that folder to") in log.read_text()
+    run_recipe(mini_recipe, "smoke", tmp_path / "scratch", executor=FakeExecutor(), console=quiet())
+    run_recipe(mini_recipe, "smoke", tmp_path / "scratch", dry_run=True,
+               console=Console(file=open(log, "w"), width=300))
+    assert "note:" not in log.read_text()
+
+
 def test_dry_run_runs_nothing(mini_recipe, tmp_path, capsys):
     fake = FakeExecutor()
     run_recipe(mini_recipe, "gpu", tmp_path / "o", dry_run=True, executor=fake,
