@@ -107,14 +107,16 @@ class Ours:
             name: self.settled(entry) for name, entry in self.data.get("runs", {}).items()}
 
     def settled(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """The entry as reported: a training run recorded ok whose final training loss is not
-        finite diverged (the step: the first non-finite training loss of its metrics.csv)."""
+        """The entry as reported: a training run recorded ok whose training loss was not finite
+        from some step to its end diverged there (`nonfinite_from_step` of its metrics.csv)."""
         metrics = entry.get("metrics") or {}
         last = metrics.get("train_loss_last")
         if entry.get("status") != "ok" or entry.get("kind") != "train" or \
                 not isinstance(last, (int, float)) or math.isfinite(last):
             return entry
-        step = first_nonfinite_step(self.out_dir / entry.get("run_dir", "") / "metrics.csv")
+        step = nonfinite_from_step(self.out_dir / entry.get("run_dir", "") / "metrics.csv")
+        if step is None:
+            return entry
         return dict(entry, status="diverged", metrics=dict(metrics, diverged_at_step=step),
                     error=f"training loss not finite from step {step} on")
 
@@ -464,10 +466,14 @@ def _pyplot():
     return plt
 
 
-def first_nonfinite_step(path: Path) -> int | None:
-    """The first optimizer step whose training loss in a metrics.csv is not finite (None: none)."""
+def nonfinite_from_step(path: Path) -> int | None:
+    """The step from which every training loss logged in a metrics.csv is not finite, when the
+    last two or more are (one NaN at the end may be a skipped fp16 step); else None."""
     xs, ys = read_loss_csv(path, TRAIN_LOSS_KEYS)
-    return next((int(x) for x, y in zip(xs, ys) if not math.isfinite(y)), None)
+    n = len(ys)
+    while n and not math.isfinite(ys[n - 1]):
+        n -= 1
+    return int(xs[n]) if len(ys) - n >= 2 else None
 
 
 def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:

@@ -2,7 +2,7 @@
 import json
 
 from fa_train.repro.recipe import validate_recipe
-from fa_train.repro.report import render_report, row_order
+from fa_train.repro.report import Ours, render_report, row_order
 
 
 def write_results(out, runs):
@@ -98,9 +98,10 @@ def test_paused_runs_show_progress_and_curves_so_far(mini_recipe, tmp_path):
 
 
 def test_diverged_runs_say_where_whether_recorded_so_or_only_by_their_loss(mini_recipe, tmp_path):
-    """A run recorded "diverged" and one recorded "ok" whose final training loss is NaN both show
-    "diverged at step N" (N: the recorded step, else the first NaN of metrics.csv) instead of a
-    number, and their curves are drawn."""
+    """A run recorded "diverged" and one recorded "ok" whose training loss stayed NaN to its end
+    both show "diverged at step N" (N: the recorded step, else where the NaNs began in
+    metrics.csv) instead of a number, and their curves are drawn; a single NaN at the end is not
+    divergence."""
     out = tmp_path / "reports"
     base, _ = train_entry("base", 30.0, 1000.0, None)
     base.update(status="diverged", error="training diverged by step 50: parameters not finite")
@@ -111,12 +112,17 @@ def test_diverged_runs_say_where_whether_recorded_so_or_only_by_their_loss(mini_
         (out / name).mkdir(parents=True)
         (out / name / "metrics.csv").write_text(
             "epoch,step,train/loss\n0,0,10.0\n0,1249,nan\n0,1259,nan\n")
-    write_results(out, {"base": base, "fast": fast})
+    other, _ = train_entry("other", 2.4, 3000.0, None)   # one NaN at the end: not divergence
+    other["metrics"]["train_loss_last"] = float("nan")
+    (out / "other").mkdir(parents=True)
+    (out / "other" / "metrics.csv").write_text("epoch,step,train/loss\n0,0,10.0\n0,9,nan\n")
+    write_results(out, {"base": base, "fast": fast, "other": other})
     text = render_report(mini_recipe, "gpu", out).read_text()
+    assert Ours(mini_recipe, out).status("other") == "ok"
     assert "| Baseline | ours (gpu) | diverged at step 50 |" in text
     assert "| Flash | ours (gpu) | diverged at step 1,249 |" in text
     assert "| fast | diverged | training loss not finite from step 1249 on |" in text
-    assert "statuses 2 diverged" in text and (out / "loss.png").stat().st_size > 1000
+    assert "statuses 2 diverged, 1 ok" in text and (out / "loss.png").stat().st_size > 1000
 
 
 def test_a_cell_of_several_runs_is_the_mean_of_those_done(mini_recipe, tmp_path):
