@@ -2,7 +2,9 @@
 
 Each run of the source whose entry finished later than this folder's (or that this folder lacks)
 replaces it: the results.json entry, with the source folder's paths in its command and overrides
-rewritten to this folder's, and the run's whole folder. Earlier or equal entries stay as they are.
+rewritten to this folder's, and the run's whole folder, where the records that point at its files
+(metrics.json, config.yaml, hparams.yaml) are rewritten the same way; logs stay as written.
+Earlier or equal entries stay as they are.
 """
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from typing import Any
 
 from fa_train.repro.recipe import RecipeError, load_recipe
 from fa_train.repro.runner import RESULTS_FILE, Results, default_out_dir, load_json
+
+RECORDS = ("metrics.json", "config.yaml", "hparams.yaml")   # a run's files that name its paths
+
 
 def _recorded_root(entry: dict[str, Any]) -> str | None:
     """The output folder a run's command named: its own folder (hydra.run.dir=..., or the bench's
@@ -32,6 +37,16 @@ def _moved(value: Any, old: str, new: str) -> Any:
     if isinstance(value, dict):
         return {k: _moved(v, old, new) for k, v in value.items()}
     return value
+
+
+def relocate_records(folder: Path, old: str, new: str) -> None:
+    """Rewrite paths inside folder `old` to folder `new` in the run records (RECORDS) of `folder`."""
+    for name in RECORDS:
+        path = folder / name
+        if path.is_file():
+            text = path.read_text()
+            if old + "/" in text:
+                path.write_text(text.replace(old + "/", new + "/"))
 
 
 def merge_results(src: Path | str, dest: Path | str | None = None,
@@ -69,6 +84,8 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
             target = dest / str(entry.get("run_dir", name))
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(folder, target)
+            if root is not None:
+                relocate_records(target, root, str(dest.resolve()))
         ours.record(name, entry)
         taken.append(name)
     return dest, taken

@@ -18,6 +18,10 @@ def scratch(mini_recipe, tmp_path, monkeypatch):
     src = tmp_path / "host" / "scratch"
     run_recipe(mini_recipe, "gpu", src, executor=FakeExecutor({"base": "pause"}), console=quiet())
     (src / "fast" / "metrics.csv").write_text("step,train/loss\n1,2.0\n")
+    record = {"status": "ok", "output_dir": str(src / "fast"),
+              "metrics_csv": str(src / "fast" / "metrics.csv")}
+    (src / "fast" / "metrics.json").write_text(json.dumps(record))
+    (src / "fast" / "run.log").write_text(f"[fa-train] outputs in {src / 'fast'}\n")
     return src
 
 
@@ -32,6 +36,10 @@ def test_runs_and_their_folders_come_over_with_paths_moved(scratch, tmp_path):
     assert not any(str(scratch) in json.dumps(e) for e in data["runs"].values())
     assert (dest / "base" / "checkpoints" / "last.ckpt").is_file()    # a paused run can continue
     assert (dest / "fast" / "metrics.csv").read_text().startswith("step,")
+    record = json.loads((dest / "fast" / "metrics.json").read_text())   # records point here
+    assert record["output_dir"] == str(dest / "fast")
+    assert record["metrics_csv"] == str(dest / "fast" / "metrics.csv")
+    assert str(scratch) in (dest / "fast" / "run.log").read_text()      # logs stay as written
     assert merge_results(scratch, dest)[1] == []                       # nothing newer: no change
 
 
