@@ -81,7 +81,7 @@ def train(cfg) -> dict:
         if resume is not None and resume.run_dir == out_dir and trainer.is_global_zero:
             trim_after(out_dir / "metrics.csv", checkpoint_step(resume.path))
         trainer.fit(task, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
-        stopped_early = record.paused() or record.diverged()
+        stopped_early = record.paused() or record.divergence() is not None
         if cfg.get("run_test") and not stopped_early and _has_loader(dm, "test_dataloader"):
             trainer.test(task, datamodule=dm, verbose=False)
     return record.metrics

@@ -72,8 +72,8 @@ class RunRecord(L.Callback):
         try:
             yield self
             self.metrics["status"] = "paused" if self.paused() else "ok"
-            if self.diverged():
-                stop = self._callback(StopOnDivergence)
+            stop = self.divergence()
+            if stop is not None:
                 self.metrics.update(status="diverged", diverged_at_step=stop.diverged_at,
                                     error=f"training diverged by step {stop.diverged_at}: "
                                           f"{stop.reason}")
@@ -95,10 +95,10 @@ class RunRecord(L.Callback):
         pause = self._callback(PauseAfter)
         return bool(pause and pause.paused)
 
-    def diverged(self) -> bool:
-        """True when training was stopped because it diverged (`StopOnDivergence`)."""
+    def divergence(self) -> StopOnDivergence | None:
+        """The callback that stopped training because it diverged (None when it did not)."""
         stop = self._callback(StopOnDivergence)
-        return bool(stop and stop.diverged_at is not None)
+        return stop if stop is not None and stop.diverged_at is not None else None
 
     def _callback(self, cls):
         callbacks = self.trainer.callbacks if self.trainer is not None else []

@@ -538,7 +538,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         with lock:
             results.record(run.name, entry)
             counts[status] = counts.get(status, 0) + 1
-        colour = {"ok": "green", "oom": "yellow", "paused": "yellow", "diverged": "yellow"}.get(status, "red")
+        colour = "green" if status == "ok" else \
+            "yellow" if status in ("oom", "paused", "diverged") else "red"
         console.print(f"{prefix}: [{colour}]{status}[/] in {duration:.1f} s"
                       + (f" — {error}" if error else ""), highlight=False)
 
