@@ -636,9 +636,11 @@ def paused_section(ours: Ours) -> list[str]:
     if not paused:
         return []
     lines = ["## Runs in progress (paused)", "",
-             "Paused by `fa-repro run --pause-after`; the same command continues them from their "
-             "checkpoints. Values at the pause, not results.", "",
-             "| run | step | of | epoch | last validation | stretches |", "|---|---|---|---|---|---|"]
+             "Paused by `fa-repro run --pause-after`; the same command continues each run whose "
+             "checkpoint is kept and starts the others again from step 0. Values at the pause, "
+             "not results.", "",
+             "| run | step | of | epoch | last validation | stretches | checkpoint |",
+             "|---|---|---|---|---|---|---|"]
     for name, e in paused:
         m = e.get("metrics") or {}
         config_file = ours.out_dir / e.get("run_dir", name) / "config.yaml"
@@ -646,8 +648,10 @@ def paused_section(ours: Ours) -> list[str]:
         total = lookup(config, "trainer.max_steps")
         val = ", ".join(f"{k} {fmt_value(v)}" for k, v in sorted(m.items())
                         if k.startswith("val/") and isinstance(v, (int, float)))
+        kept = (ours.out_dir / e.get("run_dir", name) / "checkpoints" / "last.ckpt").is_file()
         lines.append(f"| {name} | {m.get('global_step', MISSING)} | {total or MISSING} | "
-                     f"{m.get('epoch', MISSING)} | {val or MISSING} | {e.get('stretches', 1)} |")
+                     f"{m.get('epoch', MISSING)} | {val or MISSING} | {e.get('stretches', 1)} | "
+                     f"{'kept' if kept else 'not kept'} |")
     return lines + [""]
 
 
@@ -674,7 +678,9 @@ def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None)
     lines.append(f"- Devices reported by the runs: {', '.join(devices) if devices else 'none recorded'}"
                  f"; host GPUs: {', '.join(host.get('gpus') or ['unknown'])}"
                  f" (host `{host.get('hostname', '?')}`).")
-    lines.append(f"- Results dated {ours.data.get('created', '?')} to {ours.data.get('updated', '?')} "
+    started = sorted(str(e["started"]) for e in ours.runs.values() if e.get("started"))
+    finished = sorted(str(e["finished"]) for e in ours.runs.values() if e.get("finished"))
+    lines.append(f"- Runs made {started[0] if started else '?'} to {finished[-1] if finished else '?'} "
                  f"(UTC); runs: {n_runs} at this scale, statuses "
                  f"{', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'}.")
     steps = _steps_line(ours)
