@@ -8,11 +8,12 @@ eps > 0 (as in the reference implementations) biases it slightly towards uniform
 keeps the normalizer phi(q) . sum phi(k) >= eps^2 per key where exp underflows (queries and keys
 that barely overlap), instead of ~0, where the backward of num / den overflowed to inf and NaN.
 
-The directions are drawn at the first call and redrawn every `redraw_interval` calls made in
-training mode (0: never); they are not saved with a checkpoint (a resumed run draws fresh ones).
-Every layer's call counts: a model of L layers makes L calls per step. Under activation
-checkpointing the recomputed calls count too, and a redraw between a layer's call and its
-recomputation would change its features within a step: use redraw_interval 0 there.
+The directions are drawn at the first call and redrawn every `redraw_interval` optimizer steps
+(0: never), at the start of a step: the training task calls `start_train_step` on every module
+that has it, so all layers (which share one attention module) change features together and never
+within a step, also under activation checkpointing or torch.compile. Called outside a training
+task the module never redraws. The directions are not saved with a checkpoint (a resumed run draws
+fresh ones).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def positive_features(x, w, is_query, eps=0.0):
 @dataclass(frozen=True)
 class PerformerConfig:
     nb_features: Optional[int] = None   # random features m; None: round(d * ln d)
-    redraw_interval: int = 1000         # training calls between redraws; 0: never
+    redraw_interval: int = 1000         # optimizer steps between redraws; 0: never
     chunk_size: int = 64                # causal form: tokens per chunk of the prefix sums
     # added to every exp feature: bounds the normalizer away from 0 (finite gradients where
     # queries and keys barely overlap) at a small bias; 1e-4 as softmax_kernel's eps in
@@ -74,7 +75,7 @@ class PerformerAttention(ModuleAttention):
     def __init__(self, config: PerformerConfig | None = None):
         super().__init__(config)
         self.register_buffer("features", torch.empty(0, 0), persistent=False)
-        self.calls = 0
+        self.drawn_for = 0   # the redraw period (step // redraw_interval) of the features held
 
     def n_features(self, head_dim):
         """m for heads of `head_dim`: the config's, or round(d ln d) (at least 1)."""
@@ -84,14 +85,18 @@ class PerformerAttention(ModuleAttention):
         """Fresh directions (m, head_dim) from torch's global generator."""
         self.features = orthogonal_gaussian(self.n_features(head_dim), head_dim).to(device)
 
-    def _directions(self, head_dim, device):
+    def start_train_step(self, step: int):
+        """Redraw the directions when optimizer step `step` opens a new redraw period."""
         interval = self.config.redraw_interval
-        stale = self.features.shape[1] != head_dim or self.features.device != device
-        due = self.training and interval > 0 and self.calls > 0 and self.calls % interval == 0
-        if stale or due:
+        if interval <= 0:
+            return
+        if step // interval != self.drawn_for and self.features.numel():
+            self.redraw(self.features.shape[1], self.features.device)
+        self.drawn_for = step // interval
+
+    def _directions(self, head_dim, device):
+        if self.features.shape[1] != head_dim or self.features.device != device:
             self.redraw(head_dim, device)
-        if self.training:
-            self.calls += 1
         return self.features
 
     def forward(self, q, k, v, causal, dropout_p, softmax_scale, key_padding_mask=None):

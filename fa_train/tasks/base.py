@@ -121,7 +121,12 @@ class TaskModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_train_batch_start(self, batch, batch_idx):
-        if self.trainer is not None and self.trainer.optimizers:
+        if self.trainer is None:
+            return
+        for module in self.model.modules():   # e.g. Performer's feature redraws
+            if hasattr(module, "start_train_step"):
+                module.start_train_step(self.trainer.global_step)
+        if self.trainer.optimizers:
             # a CPU tensor: Lightning turns a Python number into a tensor on the module's device,
             # a blocking host-to-device copy that would drain the GPU queue every step
             lr = torch.tensor(self.trainer.optimizers[0].param_groups[0]["lr"])

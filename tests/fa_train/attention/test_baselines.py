@@ -142,18 +142,33 @@ def test_performer_features_are_orthogonal_and_redrawn_on_schedule():
     torch.testing.assert_close(unit[:8] @ unit[:8].T, torch.eye(8), atol=1e-5, rtol=0)
     q, k, v = _qkv(n=8, dtype=torch.float32)
     attn = _build("performer", nb_features=8, redraw_interval=2)
-    attn(q, k, v)
+    attn.start_train_step(0)
+    attn(q, k, v)                 # the first call draws
     first = attn.features.clone()
-    attn(q, k, v)
-    assert torch.equal(attn.features, first)
-    attn(q, k, v)  # the third training call redraws
-    assert not torch.equal(attn.features, first)
-    attn.eval()
-    drawn = attn.features.clone()
-    for _ in range(4):
+    for _ in range(3):            # calls within a step (one per layer) keep the features
         attn(q, k, v)
-    assert torch.equal(attn.features, drawn)
+    attn.start_train_step(1)
+    assert torch.equal(attn.features, first)
+    attn.start_train_step(2)      # step 2 opens the next period: redrawn once
+    second = attn.features.clone()
+    assert not torch.equal(second, first)
+    attn.start_train_step(2)      # a second micro-batch of step 2 (gradient accumulation)
+    attn.start_train_step(3)
+    attn(q, k, v)
+    assert torch.equal(attn.features, second)
     assert "features" not in attn.state_dict()
+
+
+def test_performer_resumed_mid_period_draws_once():
+    q, k, v = _qkv(n=8, dtype=torch.float32)
+    attn = _build("performer", nb_features=8, redraw_interval=4)
+    attn.start_train_step(5)      # a run resumed at step 5: nothing drawn yet
+    attn(q, k, v)
+    drawn = attn.features.clone()
+    attn.start_train_step(6)
+    assert torch.equal(attn.features, drawn)
+    attn.start_train_step(8)
+    assert not torch.equal(attn.features, drawn)
 
 
 def _shared_qk_attention(q, v, causal, kpm):

@@ -204,3 +204,21 @@ def test_gradient_clipping_works_with_fused_adamw(precision):
     finally:
         torch.nn.utils.clip_grad_norm_ = original
     assert len(norms) == 3 and max(norms) <= 0.01 + 1e-5  # clipped norms, every step
+
+
+def test_performer_features_redraw_at_optimizer_steps_not_layer_calls(monkeypatch):
+    """Two layers share one Performer module and batches accumulate in pairs: with
+    redraw_interval 2, five optimizer steps draw at the first call and redraw at steps 2 and 4."""
+    from fa_train.attention.performer import PerformerAttention
+    draws = []
+    plain = PerformerAttention.redraw
+    monkeypatch.setattr(PerformerAttention, "redraw",
+                        lambda self, *a: (draws.append(task.trainer.global_step), plain(self, *a)))
+    torch.manual_seed(0)
+    dm = FakeClassificationDataModule(batch_size=4, seq_len=16, vocab_size=20, num_classes=4)
+    model = LRAClassifier(num_classes=4, vocab_size=20, max_seq_len=16, n_layer=2, n_head=2,
+                          d_model=16, d_ff=32, attn_dropout=0.0,
+                          attention={"impl": "performer", "nb_features": 8, "redraw_interval": 2})
+    task = ClassificationTask(model, optimizer={"name": "adamw", "lr": 1e-3})
+    _fit(task, dm, steps=5, accumulate_grad_batches=2)
+    assert draws == [0, 2, 4]
