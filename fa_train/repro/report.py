@@ -678,9 +678,9 @@ def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None)
     lines.append(f"- Devices reported by the runs: {', '.join(devices) if devices else 'none recorded'}"
                  f"; host GPUs: {', '.join(host.get('gpus') or ['unknown'])}"
                  f" (host `{host.get('hostname', '?')}`).")
-    started = sorted(str(e["started"]) for e in ours.runs.values() if e.get("started"))
-    finished = sorted(str(e["finished"]) for e in ours.runs.values() if e.get("finished"))
-    lines.append(f"- Runs made {started[0] if started else '?'} to {finished[-1] if finished else '?'} "
+    first = min((str(e["started"]) for e in ours.runs.values() if e.get("started")), default="?")
+    last = max((str(e["finished"]) for e in ours.runs.values() if e.get("finished")), default="?")
+    lines.append(f"- Runs made {first} to {last} "
                  f"(UTC); runs: {n_runs} at this scale, statuses "
                  f"{', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'}.")
     steps = _steps_line(ours)

@@ -56,6 +56,7 @@ class TaskModule(L.LightningModule):
         self.compile_mode = compile_mode
         self._compiled = None
         self.tokens_seen = 0  # per-process count of input tokens (a padded batch counts its padding)
+        self._step_hooks: list = []   # modules told when each optimizer step starts (on_fit_start)
         self.save_hyperparameters(ignore=["model"])
 
     # -- model call (optionally compiled) ---------------------------------------------------------
@@ -120,12 +121,15 @@ class TaskModule(L.LightningModule):
             opt, lambda s: lr_multiplier(s, name, warmup, total, min_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+    def on_fit_start(self):
+        # found once, not on every step: e.g. Performer's feature redraws
+        self._step_hooks = [m for m in self.model.modules() if hasattr(m, "start_train_step")]
+
     def on_train_batch_start(self, batch, batch_idx):
         if self.trainer is None:
             return
-        for module in self.model.modules():   # e.g. Performer's feature redraws
-            if hasattr(module, "start_train_step"):
-                module.start_train_step(self.trainer.global_step)
+        for module in self._step_hooks:
+            module.start_train_step(self.trainer.global_step)
         if self.trainer.optimizers:
             # a CPU tensor: Lightning turns a Python number into a tensor on the module's device,
             # a blocking host-to-device copy that would drain the GPU queue every step

@@ -32,6 +32,7 @@ class MaskedTokenTask(TaskModule):
                                torch.compile(self.model.hidden, mode=self.compile_mode))
 
     def on_fit_start(self):
+        super().on_fit_start()
         data_vocab = self.trainer.datamodule.spec().vocab_size
         if data_vocab is not None and data_vocab > self.mask_id:
             raise UserError(f"task=masked_tokens needs model.vocab_size={data_vocab + 1} (the "
