@@ -18,6 +18,7 @@ waits (no entry) while SOURCE is not ok.
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import json
 import os
 import platform
@@ -305,15 +306,20 @@ class Results:
         return self.data["runs"].get(name)
 
     def record(self, name: str, entry: dict[str, Any]) -> None:
-        self.data["runs"][name] = entry
-        self.data["updated"] = now_iso()
-        self.save()
-
-    def save(self) -> None:
+        """Write one run's entry. Other invocations may share the folder (one per GPU), so the
+        file is re-read under a lock and only this entry replaced: no one's runs are lost."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=False, default=str) + "\n")
-        tmp.replace(self.path)
+        folder = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+            on_disk = load_json(self.path) or {}
+            self.data["runs"] = {**self.data["runs"], **on_disk.get("runs", {}), name: entry}
+            self.data["updated"] = now_iso()
+            tmp = self.path.with_suffix(f".json.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.data, indent=2, sort_keys=False, default=str) + "\n")
+            tmp.replace(self.path)
+        finally:
+            os.close(folder)   # releases the lock
 
 
 def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:

@@ -294,6 +294,27 @@ def test_jobs_run_concurrently_and_record_every_run(mini_recipe, tmp_path):
         run_recipe(mini_recipe, "smoke", tmp_path / "x", executor=slow, console=quiet(), jobs=0)
 
 
+def test_invocations_sharing_a_folder_keep_each_others_runs(mini_recipe, tmp_path):
+    """One invocation per GPU on one folder: the one that started first and finishes last must
+    not write back its stale copy of results.json over the other's run."""
+    out, b_done = tmp_path / "out", threading.Event()
+
+    class WaitsForB(FakeExecutor):
+        def __call__(self, run, run_dir, timeout_s):
+            assert b_done.wait(10)
+            return super().__call__(run, run_dir, timeout_s)
+
+    a = threading.Thread(target=run_recipe, args=(mini_recipe, "smoke", out),
+                         kwargs=dict(only="base", executor=WaitsForB(), console=quiet()))
+    a.start()
+    time.sleep(0.2)   # A has read results.json and is running
+    run_recipe(mini_recipe, "smoke", out, only="fast", executor=FakeExecutor(), console=quiet())
+    b_done.set()
+    a.join()
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert sorted(runs) == ["base", "fast"] and {e["status"] for e in runs.values()} == {"ok"}
+
+
 class GpuRecorder(FakeExecutor):
     """Notes each run's CUDA_VISIBLE_DEVICES and which GPUs are busy at once."""
 
