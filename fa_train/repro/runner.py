@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -384,12 +384,25 @@ def source_ready(results: "Results", run: Run, out: Path) -> str:
     return ""
 
 
-def waves(runs: list[Run]) -> list[list[Run]]:
-    """`runs` in waves that can run at once: each run after the run its weights start from."""
-    depth: dict[str, int] = {}
-    for r in runs:   # recipe order puts sources first
-        depth[r.name] = depth[r.init_from] + 1 if r.init_from in depth else 0
-    return [[r for r in runs if depth[r.name] == d] for d in sorted(set(depth.values()))]
+def run_in_order(runs: list[Run], start: Callable[[Run], None], jobs: int) -> None:
+    """Run `runs` with `jobs` at a time: each free slot takes the first run in recipe order
+    whose source (init_from) is not still waiting or running in this invocation, so a transfer
+    starts as soon as its own source ends, not after every run before it."""
+    if jobs == 1:   # recipe order puts sources first
+        for run in runs:
+            start(run)
+        return
+    pending, running = list(runs), {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while pending or running:
+            busy = {r.name for r in pending} | {r.name for r in running.values()}
+            for run in [r for r in pending if r.init_from not in busy][:jobs - len(running)]:
+                pending.remove(run)
+                running[pool.submit(start, run)] = run
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                del running[future]
+                future.result()
 
 
 def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
@@ -550,14 +563,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                       + (f" — {error}" if error else ""), highlight=False)
 
     number = {run.name: i for i, run in enumerate(runs, 1)}
-    for wave in waves(runs):
-        if jobs > 1:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                for f in [pool.submit(one, number[run.name], run) for run in wave]:
-                    f.result()
-        else:
-            for run in wave:
-                one(number[run.name], run)
+    run_in_order(runs, lambda run: one(number[run.name], run), jobs)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
     console.print(f"[bold]{recipe.name}/{scale}[/]: {summary}; results in {results.path}")
     return results.data

@@ -2,6 +2,7 @@
 import io
 import json
 import textwrap
+import threading
 
 import pytest
 from rich.console import Console
@@ -70,6 +71,24 @@ def test_a_run_starts_from_its_sources_kept_checkpoint(make_recipe, tmp_path, jo
     assert (out / "pre" / "checkpoints" / "last.ckpt").is_file()         # kept for tuned
     assert not (out / "tuned" / "checkpoints").exists()                   # nobody starts from it
     assert not (out / "alone" / "checkpoints").exists()
+
+
+def test_a_run_starts_when_its_own_source_ends_not_after_every_other_run(make_recipe, tmp_path):
+    """Two at a time: `alone` (no source) runs beside `pre` and finishes only once `tuned`,
+    which starts from `pre`, has started."""
+    tuned_started = threading.Event()
+
+    class Ordered(Trainer):
+        def __call__(self, run, run_dir, timeout_s):
+            if run.name == "tuned":
+                tuned_started.set()
+            if run.name == "alone":
+                assert tuned_started.wait(10), "tuned waited for alone, which has nothing to give it"
+            return super().__call__(run, run_dir, timeout_s)
+
+    data, _ = _run(make_recipe, tmp_path / "out", Ordered(), jobs=2)
+    assert {n: e["status"] for n, e in data["runs"].items()} == \
+        {"pre": "ok", "tuned": "ok", "alone": "ok"}
 
 
 def test_a_run_waits_while_its_source_is_not_ok(make_recipe, tmp_path):
