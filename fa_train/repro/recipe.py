@@ -372,7 +372,7 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
         for key in ("y",):
             if plot.get(key) and plot[key] not in metric_names and plot.get("type") != "loss":
                 p.append(f"report.plots[{i}]: unknown metric {plot[key]!r}")
-        for run in plot.get("runs") or []:
+        for run in list(plot.get("runs") or []) + [side.get("run") for side in plot.get("sides") or []]:
             if run not in names:
                 p.append(f"report.plots[{i}]: unknown run {run!r}")
     return p + claims_problems(d, names)
@@ -384,7 +384,7 @@ def claims_problems(d: dict[str, Any], names: Any) -> list[str]:
     if spec is None:
         return []
     n_claims = len((d.get("paper") or {}).get("claims") or [])
-    tables = {t.get("paper_table") for t in (d["report"].get("tables") or [])}
+    tables = {t.get("paper_table"): t.get("rows") or {} for t in (d["report"].get("tables") or [])}
     p = []
     for key, row in (spec.get("rows") or {}).items():
         where = f"report.claims.rows.{key}"
@@ -397,6 +397,10 @@ def claims_problems(d: dict[str, Any], names: Any) -> list[str]:
         if "table" in ours:
             if ours["table"] not in tables:
                 p.append(f"{where}.ours: table {ours['table']!r} is not a report table's paper_table")
+                continue
+            for row_name in [ours["row"]] if "row" in ours else ours.get("rows") or []:
+                if row_name not in tables[ours["table"]]:
+                    p.append(f"{where}.ours: unknown row {row_name!r} of table {ours['table']!r}")
             continue
         if ours.get("derive") not in CLAIM_DERIVES:
             p.append(f"{where}.ours: needs `table` or a derive in {', '.join(CLAIM_DERIVES)}")

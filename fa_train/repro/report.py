@@ -22,6 +22,8 @@ Recipe `report:` block::
         - {type: loss, title: ..., runs: [...]}                          # metrics.csv curves
         - {type: train_xy, x_label: seq_len, y: tokens_per_s, group_label: impl}
         - {type: bench_xy, run: attention, x: seqlen, y: fwd_bwd_ms, group: impl, logx: true}
+        - {type: bench_xy, x: seqlen, y: fwd_bwd_ms, per: batch, sides: [{run: dense, label: impl},
+           {run: sparse, where: {impl: blocksparse}, label: layout, legend: "{} (block-sparse)"}]}
       claims: {...}                         # paper.claims (sentences) vs ours: fa_train.repro.claims
 """
 from __future__ import annotations
@@ -509,12 +511,12 @@ def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[lis
     return xs, ys
 
 
-def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
+def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
     plt = _pyplot()
     keys = plot.get("keys") or TRAIN_LOSS_KEYS
     runs = plot.get("runs") or [n for n, e in ours.runs.items() if e.get("kind") == "train"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = 0
+    drawn = []
     for run in runs:
         entry = ours.runs.get(run)
         if not entry or entry.get("status") not in ("ok", "paused", "diverged"):
@@ -525,10 +527,10 @@ def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
             label = run + {"paused": " (paused: so far)", "diverged": f" ({diverged_text(entry)})"
                            }.get(entry.get("status"), "")
             ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
-            drawn += 1
+            drawn.append(label)
     if not drawn:
         plt.close(fig)
-        return False
+        return drawn
     ax.set_xlabel(plot.get("xlabel", "optimizer step"))
     ax.set_ylabel(plot.get("ylabel", "training loss"))
     ax.set_title(plot.get("title", "training loss"))
@@ -537,18 +539,24 @@ def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
+    return drawn
 
 
 def plot_xy(series: dict[str, list[tuple[float, float]]], plot: dict[str, Any], path: Path,
-            xlabel: str, ylabel: str) -> bool:
+            xlabel: str, ylabel: str, styles: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """Draw one line per series (matplotlib keywords per series in `styles`); return the series
+    drawn, none when there is nothing to draw. Many series get a legend beside the axes."""
     series = {k: sorted(v) for k, v in series.items() if v}
     if not series:
-        return False
+        return []
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, pts in series.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=str(name))
+    many = len(series) > 8
+    fig, ax = plt.subplots(figsize=(10.5, 5.5) if many else (7, 4.5))
+    colors = plt.get_cmap("tab20").colors
+    for i, (name, pts) in enumerate(series.items()):
+        style = {"marker": "o", "color": colors[i % len(colors)] if many else None,
+                 **(styles or {}).get(name, {})}
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=str(name), **style)
     if plot.get("logx"):
         ax.set_xscale("log", base=2)
     if plot.get("logy"):
@@ -556,12 +564,15 @@ def plot_xy(series: dict[str, list[tuple[float, float]]], plot: dict[str, Any], 
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(plot.get("title", ylabel))
-    ax.legend(fontsize=8)
+    if many:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
+    return list(series)
 
 
 def _metric_label(recipe: Recipe, metric: str) -> str:
@@ -569,7 +580,7 @@ def _metric_label(recipe: Recipe, metric: str) -> str:
     return f"{spec.get('label', metric)}" + (f" ({spec['unit']})" if spec.get("unit") else "")
 
 
-def plot_train_xy(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
+def plot_train_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
     """One line per `group_label` value: metric `y` against run label `x_label`."""
     series: dict[str, list[tuple[float, float]]] = {}
     for run in ours.recipe.run_names():
@@ -587,20 +598,46 @@ def plot_train_xy(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
                    _metric_label(ours.recipe, plot["y"]))
 
 
-def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> bool:
-    """One line per value of record field `group`: metric `y` against record field `x`."""
-    spec = ours.recipe.metrics[plot["y"]]
+def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
+    """Metric `y` against record field `x`: one line per value of record field `group` of `run`
+    (records matching `where`), or of several runs at once, each a side ``{run, where, label,
+    legend, style}`` of `sides` (`label`: the record field naming a line, as in the claims;
+    `legend`: its text, "{}" standing for that name; `style`: matplotlib keywords). ``per:
+    <field>`` divides each value by a record field (``batch``: per sequence, for runs of
+    different batch sizes; say so in `ylabel`). A line whose records ran out of memory says from
+    which x in its legend."""
+    from fa_train.repro.claims import side_points   # it builds on this module's readers
+    sides = plot.get("sides") or [{"run": plot["run"], "where": plot.get("where"),
+                                   "label": plot.get("group")}]
+    spec = {"metric": plot["y"], "x": plot["x"], "per": plot.get("per")}
     series: dict[str, list[tuple[float, float]]] = {}
-    for rec in ours.records(plot["run"]):
-        if not matches(rec, {**(spec.get("where") or {}), **(plot.get("where") or {})}):
-            continue
-        x, y = first_number(rec, [plot["x"]]), first_number(rec, spec["keys"])
-        if x is None or y is None:
-            continue
-        group = lookup(rec, plot["group"]) if plot.get("group") else plot["run"]
-        series.setdefault(str(group), []).append((x, y * float(spec.get("scale", 1.0))))
-    return plot_xy(series, plot, path, plot.get("xlabel", plot["x"]),
-                   _metric_label(ours.recipe, plot["y"]))
+    styles: dict[str, dict[str, Any]] = {}
+    for side in sides:
+        ooms = first_oom(ours, spec, side)
+        for x, points in side_points(ours, spec, side).items():
+            for point in points:
+                name = side.get("legend", "{}").format(point.label)
+                if point.label in ooms:
+                    name += f" (OOM from {plot['x']} {ooms[point.label]:g})"
+                series.setdefault(name, []).append((x, point.value))
+                styles[name] = side.get("style") or {}
+    ylabel = plot.get("ylabel") or _metric_label(ours.recipe, plot["y"]) + (
+        f" / {plot['per']}" if plot.get("per") else "")
+    return plot_xy(series, plot, path, plot.get("xlabel", plot["x"]), ylabel, styles)
+
+
+def first_oom(ours: Ours, spec: dict[str, Any], side: dict[str, Any]) -> dict[str, float]:
+    """{label: first x} of the side's records of metric `spec['metric']` that ran out of memory."""
+    from fa_train.repro.claims import record_label   # it builds on this module's readers
+    mspec = ours.recipe.metrics[spec["metric"]]
+    where = {**(mspec.get("where") or {}), **(side.get("where") or {})}
+    out: dict[str, float] = {}
+    for rec in ours.records(side["run"]):
+        x = first_number(rec, [spec["x"]])
+        if x is not None and matches(rec, where) and str(rec.get("status")).lower() == "oom":
+            label = record_label(rec, side.get("label"), side["run"])
+            out[label] = min(x, out.get(label, x))
+    return out
 
 
 PLOTTERS = {"loss": plot_loss, "train_xy": plot_train_xy, "bench_xy": plot_bench_xy}

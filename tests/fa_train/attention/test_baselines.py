@@ -299,13 +299,20 @@ def test_causal_models_train_with_the_causal_forms(impl):
     dict(layout="strided", stride=3),
 ])
 def test_sparse_layouts_equal_dense_attention_with_the_same_mask(layout, causal):
+    """Output and dq, dk, dv of the block-sparse kernel against float64 dense masked attention."""
     attn = build_attention({"impl": "blocksparse", "block_size": 16, **layout})
     g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, 96, 1, 16, generator=g).to(DEV) for _ in range(3))
-    out = attn(q, k, v, causal=causal)
+    q, k, v, dout = (torch.randn(1, 96, 1, 16, generator=g).to(DEV) for _ in range(4))
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    refs = [x.detach().double().requires_grad_() for x in leaves]
+    out = attn(*leaves, causal=causal)
     blocks = attn.config.build(96)
     mask = blocks.repeat_interleave(16, 0).repeat_interleave(16, 1).to(DEV)
     assert 0 < blocks.float().mean() < 1
-    ref, _ = reference_attention(q.double(), k.double(), v.double(), causal=causal,
-                                 attn_mask=mask[None, None])
+    ref, _ = reference_attention(*refs, causal=causal, attn_mask=mask[None, None])
     torch.testing.assert_close(out.double(), ref, atol=2e-3, rtol=2e-3)
+    grads = torch.autograd.grad(out, leaves, dout)
+    ref_grads = torch.autograd.grad(ref, refs, dout.double())
+    for name, got, want in zip("qkv", grads, ref_grads):
+        torch.testing.assert_close(got.double(), want, atol=2e-3, rtol=2e-3,
+                                   msg=lambda m, name=name: f"d{name}: {m}")

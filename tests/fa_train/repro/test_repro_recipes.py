@@ -177,10 +177,13 @@ report: {tables: [], plots: []}
 def test_validation_names_the_problem(tmp_path):
     bad = Recipe(path=tmp_path / "x.yaml", data={"name": "y", "title": "t", "description": "d",
                  "runs": [{"name": "a", "kind": "train"}], "scales": {"smoke": {}},
-                 "metrics": {}, "paper": {"label": "ours"}, "report": {}})
+                 "metrics": {}, "paper": {"label": "ours"},
+                 "report": {"plots": [{"type": "bench_xy", "runs": ["a", "b"],
+                                       "sides": [{"run": "a"}, {"run": "c"}]}]}})
     problems = " | ".join(validate_recipe(bad))
     for expected in ("differs from the file stem", "needs `experiment`", "missing scale 'gpu'",
-                     "needs `hardware`", "paper: missing 'source'", "must say these are the paper"):
+                     "needs `hardware`", "paper: missing 'source'", "must say these are the paper",
+                     "report.plots[0]: unknown run 'b'", "report.plots[0]: unknown run 'c'"):
         assert expected in problems
 
 

@@ -163,3 +163,36 @@ def test_speedups_only_within_one_gpu_model_and_rows_name_their_gpu(mini_recipe,
     text = render_report(mini_recipe, "gpu", out).read_text()
     assert "| Flash | ours (gpu, NVIDIA H200) | 30.00 | baseline on another GPU | 3,000 |" in text
     assert "| Baseline | ours (gpu, NVIDIA H100 80GB HBM3) | 30.00 | 1.00 | 1,000 |" in text
+
+
+def test_one_bench_plot_draws_several_runs_per_sequence(mini_recipe, tmp_path, monkeypatch):
+    """A bench_xy plot with `sides` draws a line per side and record label across runs of
+    different batch sizes, each value divided by its record's batch (`per: batch`); a line that
+    ran out of memory says from which x."""
+    import matplotlib.pyplot as plt
+
+    from fa_train.repro.report import plot_bench_xy
+    out = tmp_path / "reports"
+
+    def rows(impl, batches, ooms=()):
+        return [{"impl": impl, "seqlen": n, "batch": b, "pass": "fwd+bwd", "status": "ok",
+                 "ms": 8.0 * n / 128} for n, b in batches] + \
+               [{"impl": impl, "seqlen": n, "batch": 1, "pass": "fwd+bwd", "status": "OOM",
+                 "ms": None} for n in ooms]
+    dense = rows("standard", [(128, 128), (256, 64)], ooms=[512, 1024]) + rows("flash", [(128, 128)])
+    write_results(out, {
+        "bench": {"status": "ok", "kind": "bench", "metrics": {"attention": {"rows": dense}}},
+        "sparse": {"status": "ok", "kind": "bench", "metrics": {"blocksparse": {"rows": rows(
+            "blocksparse", [(128, 512), (256, 256)])}}}})
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    plot = {"type": "bench_xy", "x": "seqlen", "y": "ms", "per": "batch", "logx": True,
+            "sides": [{"run": "bench", "where": {"impl": "standard"}, "label": "impl"},
+                      {"run": "sparse", "legend": "block-sparse"}]}
+    drawn = plot_bench_xy(Ours(mini_recipe, out), plot, out / "all.png")
+    assert drawn == ["standard (OOM from seqlen 512)", "block-sparse"]
+    assert (out / "all.png").stat().st_size > 1000
+    lines = {line.get_label(): list(line.get_ydata()) for line in kept[0].axes[0].get_lines()}
+    assert lines == {"standard (OOM from seqlen 512)": [8.0 / 128, 16.0 / 64],
+                     "block-sparse": [8.0 / 512, 16.0 / 256]}
+    assert kept[0].axes[0].get_ylabel() == "ms (ms) / batch"
