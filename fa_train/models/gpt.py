@@ -110,6 +110,7 @@ class GPT(nn.Module):
         check_choice("model.loss_impl", cfg.loss_impl, LOSS_IMPLS)
         self.config = cfg
         self.attention = build_attention(cfg.attention, max_seq_len=cfg.max_seq_len)
+        self.attention.check_call(causal=True)   # a language model: refuse non-causal methods now
         padded_vocab = -(-cfg.vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
         self.wte = nn.Embedding(padded_vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)

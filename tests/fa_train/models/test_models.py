@@ -67,6 +67,14 @@ def _bert():
                               attention="standard").eval()
 
 
+@pytest.mark.parametrize("impl", ["linformer", "smyrf"])
+def test_a_gpt_refuses_attention_without_a_causal_form_when_built(impl):
+    with pytest.raises(UserError, match=f"attention impl '{impl}' does not support causal") as err:
+        GPT(vocab_size=97, max_seq_len=16, n_layer=1, n_head=2, d_model=32,
+            attention={"impl": impl})
+    assert "\n" not in str(err.value)
+
+
 def test_bert_padded_unpadded_and_impls_agree():
     m = _bert()
     ids = torch.randint(0, 50, (3, 16))
