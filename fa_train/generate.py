@@ -116,7 +116,8 @@ def run(args) -> int:
     from fa_train.inference.loading import load_gpt
     from fa_train.inference.text import StopStrings, Streamer
 
-    from fa_train.attention import attention_names
+    from fa_train.attention import attention_class, attention_names
+    from fa_train.attention.flash import triton_runs_on
     check_choice("attention", args.attention, attention_names())
     texts = read_prompts(args)
     greedy = args.greedy or (args.draft and args.temperature is None)
@@ -127,6 +128,10 @@ def run(args) -> int:
         raise UserError("draft is invalid with --temperature above 0: speculative decoding "
                         "here is greedy")
     device, dtype = resolve_device(args.device, args.dtype)
+    if attention_class(args.attention).runs_triton and not triton_runs_on(device):
+        raise UserError(f"attention={args.attention!r} is invalid on {device}: its Triton kernels "
+                        "need a CUDA GPU (or TRITON_INTERPRET=1, slow); on the CPU use sdpa, "
+                        "standard or auto")
     if args.draft and args.cuda_graph:
         raise UserError("cuda_graph is invalid with --draft: speculative decoding runs eagerly; "
                         "drop --cuda-graph")

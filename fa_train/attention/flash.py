@@ -70,9 +70,9 @@ class FlashAttention(Attention):
 
     def attend_cache(self, q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale=None,
                      tree_parents=None):
-        """On CUDA, kernels.flash_attn_with_kvcache (which writes k, v into the cache itself);
-        elsewhere the PyTorch path of the base class."""
-        if q.device.type != "cuda":
+        """kernels.flash_attn_with_kvcache (which writes k, v into the cache itself) where Triton
+        runs (CUDA, or the CPU interpreter); elsewhere the PyTorch path of the base class."""
+        if not triton_runs_on(q.device):
             return super().attend_cache(q, k, v, k_cache, v_cache, cache_seqlens, softmax_scale,
                                         tree_parents)
         from kernels import flash_attn_with_kvcache

@@ -4,7 +4,10 @@ Grid: batch x cache length L x (Hq, Hkv) x head_dim. Every implementation attend
 over the same L cached keys (B, L, Hkv, d):
   flash_decode   kernels.flash_attn_with_kvcache: appends the step's k/v in place at L - 1, then
                  attends (split-KV with the automatic split count, GQA groups per program);
-  sdpa_flash, sdpa_efficient, sdpa_math   torch SDPA pinned to one backend (enable_gqa);
+  sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math   torch SDPA pinned to one backend; GQA by
+                 enable_gqa, or where the backend lacks it (cudnn, efficient) by grouping the
+                 queries: the Hq/Hkv query heads of a K/V head as its query rows (q viewed,
+                 nothing copied; each K/V head read once for its group);
   flex           torch.compile(flex_attention), no mask (enable_gqa);
   materialized   q @ K^T, softmax, @ V in PyTorch, GQA by grouping the queries (K/V not repeated).
 Time: median of triton.testing.do_bench (CUDA events, L2 flushed) or, with timer "cuda-graph",
@@ -39,10 +42,11 @@ from fa_train.bench.ncu import METRICS, NcuError, find_ncu, profile_worker
 from fa_train.bench.report import Plot, Table, pivot_markdown, write_reports
 from fa_train.bench.runner import classify
 
-DECODE_IMPL_NAMES = ("flash_decode", "sdpa_flash", "sdpa_efficient", "sdpa_math", "flex",
-                     "materialized")
-SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
-                 "sdpa_math": "MATH"}
+DECODE_IMPL_NAMES = ("flash_decode", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math",
+                     "flex", "materialized")
+SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION",
+                 "sdpa_efficient": "EFFICIENT_ATTENTION", "sdpa_math": "MATH"}
+GROUPED_QUERY_SDPA = ("sdpa_cudnn", "sdpa_efficient")  # backends without enable_gqa
 DEFAULT_CACHE_LENS = tuple(1024 << i for i in range(8))  # 1K .. 128K
 QUICK_CACHE_LENS = (4096, 16384, 65536)
 ROW_KEYS = ("status", "reason", "ms", "ms_p20", "ms_p80", "host_ms", "check_rel_err",
@@ -125,14 +129,19 @@ def decode_inputs(batch, cache_len, heads, heads_kv, head_dim, dtype, device, se
     return q, k_cache, v_cache, k, v
 
 
+def group_queries(q, heads_kv):
+    """q (B, 1, Hq, d) as (B, Hkv, Hq / Hkv, d), a view: the query heads sharing a K/V head as
+    that head's query rows."""
+    batch, _, heads, head_dim = q.shape
+    return q.view(batch, heads_kv, heads // heads_kv, head_dim)
+
+
 def materialized_decode(q, k_cache, v_cache):
     """Decode attention the textbook way: scores materialized, softmax in float32."""
-    batch, _, heads, head_dim = q.shape
-    heads_kv = k_cache.shape[2]
-    qg = q.view(batch, heads_kv, heads // heads_kv, head_dim)
-    scores = torch.matmul(qg, k_cache.permute(0, 2, 3, 1)) * head_dim ** -0.5
+    qg = group_queries(q, k_cache.shape[2])
+    scores = torch.matmul(qg, k_cache.permute(0, 2, 3, 1)) * q.shape[-1] ** -0.5
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return torch.matmul(probs, v_cache.transpose(1, 2)).reshape(batch, 1, heads, head_dim)
+    return torch.matmul(probs, v_cache.transpose(1, 2)).reshape(q.shape)
 
 
 def build_step(name, q, k_cache, v_cache, k, v):
@@ -151,6 +160,13 @@ def build_step(name, q, k_cache, v_cache, k, v):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     backend = getattr(SDPBackend, SDPA_BACKENDS[name])
+    if name in GROUPED_QUERY_SDPA:
+        qg = group_queries(q, k_cache.shape[2])
+
+        def grouped():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qg, kt, vt).reshape(q.shape)
+        return grouped
 
     def sdpa():
         with sdpa_kernel(backend):
@@ -302,6 +318,8 @@ def write_decode_reports(rows, out_dir, config, name="decode"):
         "Timer: " + _TIMER_NOTES["cpu" if config.device == "cpu" else config.timer],
         f"Correctness guard: batch element 0 against the float64 reference at L <= "
         f"{CHECK_MAX_SEQLEN} (check_rel_err in the JSON and CSV).",
+        f"GQA in SDPA: enable_gqa, except {', '.join(GROUPED_QUERY_SDPA)} (no enable_gqa): the "
+        "query heads of each K/V head go in as its query rows (a view; K and V not copied).",
     ]
     tables, columns = DECODE_TABLES, CSV_COLUMNS
     if _measured_bytes(rows):

@@ -36,6 +36,33 @@ def test_wrong_output_is_not_timed(monkeypatch):
     assert rows[0]["check_rel_err"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("heads", ["4:2", "4:4"])
+def test_sdpa_backends_without_gqa_get_grouped_queries(monkeypatch, heads):
+    """cudnn and efficient (CUDA only; math stands in for them here) see each K/V head's query
+    heads as its query rows, without enable_gqa; math (like flash) gets enable_gqa."""
+    monkeypatch.setitem(decode.SDPA_BACKENDS, "sdpa_cudnn", "MATH")
+    monkeypatch.setitem(decode.SDPA_BACKENDS, "sdpa_efficient", "MATH")
+    calls, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kwargs):
+        calls.append((tuple(q.shape), kwargs.get("enable_gqa", False)))
+        return sdpa(q, k, v, **kwargs)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    impls = ["sdpa_cudnn", "sdpa_efficient", "sdpa_math"]
+    rows = run_decode_bench(dict(TINY, impls=impls, batches=[2], heads=[heads]))
+    assert [r["impl"] for r in rows] == impls
+    assert all(r["status"] == "ok" and r["check_passed"] for r in rows), rows
+    heads, heads_kv = parse_heads(heads)
+    assert set(calls) == {((2, heads_kv, heads // heads_kv, 16), False),
+                          ((2, heads, 1, 16), heads != heads_kv)}
+
+
+def test_sdpa_backends_missing_on_the_cpu_are_unsupported_rows():
+    rows = run_decode_bench(dict(TINY, impls=["sdpa_cudnn", "sdpa_efficient"], batches=[1]))
+    assert all(r["status"] == "unsupported" and "No viable backend" in r["reason"]
+               for r in rows), rows
+
+
 def test_materialized_decode_matches_reference():
     from kernels import reference_attention_with_kvcache
     torch.manual_seed(0)

@@ -1,17 +1,22 @@
-"""Tiny GPTs for the inference tests (random weights, scaled so that greedy text varies)."""
+"""GPTs of random weights for the inference tests, scaled so that greedy text varies."""
 import torch
 
 from fa_train.models import GPT
 
 
-def tiny_gpt(seed=0, n_layer=2, vocab_size=97, max_seq_len=64, attention="sdpa"):
+def scaled_gpt(seed=0, scale=4.0, **config):
+    """GPT(**config) in eval mode, its random initial weights multiplied by `scale`."""
     torch.manual_seed(seed)
-    model = GPT(vocab_size=vocab_size, max_seq_len=max_seq_len, n_layer=n_layer, n_head=4,
-                d_model=32, dropout=0.0, attention=attention)
+    model = GPT(dropout=0.0, **config)
     with torch.no_grad():
         for p in model.parameters():
-            p.mul_(4.0)
+            p.mul_(scale)
     return model.eval()
+
+
+def tiny_gpt(seed=0, n_layer=2, vocab_size=97, max_seq_len=64, attention="sdpa"):
+    return scaled_gpt(seed, vocab_size=vocab_size, max_seq_len=max_seq_len, n_layer=n_layer,
+                      n_head=4, d_model=32, attention=attention)
 
 
 def recompute_greedy(model, prompt, n):

@@ -105,12 +105,24 @@ def test_stop_text_ends_the_output(run, capsys):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")),
 ])
 def test_bad_options_give_one_line(run, capsys, args, message):
-    folder, _, _ = run
+    assert refusal(capsys, run[0], *args).startswith(f"fa-generate: error: {message}")
+
+
+def test_flash_on_a_cpu_without_the_interpreter_is_refused_first(run, capsys, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    err = refusal(capsys, run[0], "--prompt", "the model", "--attention", "flash")
+    assert err.startswith("fa-generate: error: attention='flash' is invalid on cpu: its Triton "
+                          "kernels need a CUDA GPU (or TRITON_INTERPRET=1, slow); on the CPU use "
+                          "sdpa, standard or auto"), err
+
+
+def refusal(capsys, checkpoint, *args):
+    """The one-line error of fa-generate on the CPU (exit status 2, nothing on stdout)."""
     with pytest.raises(SystemExit) as exit_:
-        main([str(folder), "--device", "cpu", *args])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2
-    assert err.startswith(f"fa-generate: error: {message}") and err.count("\n") == 1, err
+        main([str(checkpoint), "--device", "cpu", *args])
+    out = capsys.readouterr()
+    assert exit_.value.code == 2 and out.out == "" and out.err.count("\n") == 1, out
+    return out.err
 
 
 def test_checkpoint_of_another_model_is_refused(run, capsys, tmp_path):

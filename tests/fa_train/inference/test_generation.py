@@ -5,7 +5,7 @@ import torch
 from fa_train.errors import UserError
 from fa_train.inference import Sampling, generate
 from fa_train.inference.text import StopStrings, Streamer
-from tests.fa_train.inference.helpers import recompute_greedy, tiny_gpt
+from tests.fa_train.inference.helpers import recompute_greedy, scaled_gpt, tiny_gpt
 
 PROMPTS = [[5, 17, 3, 88, 41, 9, 60], [2], [70, 71, 72, 73]]
 
@@ -40,6 +40,19 @@ def test_greedy_with_cache_equals_recompute():
     t = out.timing
     assert t.prefill_tokens == 12 and t.decode_tokens == 60 and t.prefill_s > 0 and t.decode_s > 0
     assert "prefill: 12 tokens" in t.summary() and "decode: 60 tokens" in t.summary()
+
+
+@torch.no_grad()
+def test_gpt2_small_greedy_with_cache_equals_recompute():
+    """GPT-2 small's shape (124M parameters, float32, the CPU's sdpa path): a batch of two
+    prompts, 8 greedy tokens each, equal to the recompute (weights scaled by 2: varied tokens,
+    top-two logit margins above 0.05, far beyond float32 rounding)."""
+    model = scaled_gpt(scale=2.0, preset="gpt2-small", vocab_size=50257, max_seq_len=1024,
+                       attention="sdpa")
+    prompts = [[464, 3290, 286, 262, 1578, 318, 257, 1332], [50256]]
+    out = generate(model, prompts, 8, Sampling(temperature=0.0)).tokens
+    assert out == [recompute_greedy(model, p, 8) for p in prompts]
+    assert len(set(out[0])) > 4
 
 
 def test_top_k_one_is_greedy_and_seeds_fix_samples():
