@@ -16,12 +16,15 @@ from 1); a claim without a row is shown as not compared::
                  rivals: [{run: approximate, label: impl}]}
           expect: {between: [512, 1024]}
 
-``ours`` is a cell of a report table (``table``: its paper_table, ``row``, ``column``) or a derive
-kind over bench records. Record sets are sides ``{run, where, label}``: the run, a filter, and
-the record field that names a record in the text (a ``key=value,...`` description is shortened to
-its own key's value: ``layout=bigbird,...`` -> ``bigbird``). ``metric`` (a recipe metric: its
-keys, ``where`` and scale) gives each record's value; ``per: <field>`` divides it by a record field
-(``batch``: time per sequence, for runs with different batch sizes); ``x`` is the sweep field.
+``ours`` is a cell of a report table (``table``: its paper_table, ``row``, ``column``), or with
+``rows`` (a list of rows) that column's cells in order, whose value is whether they increase
+strictly down the list (``expect: {equals: true}``; list the rows the other way for "decrease"),
+or a derive kind over bench records. Record sets are sides ``{run, where, label}``: the run, a
+filter, and the record field that names a record in the text (a ``key=value,...`` description is
+shortened to its own key's value: ``layout=bigbird,...`` -> ``bigbird``). ``metric`` (a recipe
+metric: its keys, ``where`` and scale) gives each record's value; ``per: <field>`` divides it by a
+record field (``batch``: time per sequence, for runs with different batch sizes); ``x`` is the
+sweep field.
 
 - ``crossover``: the smallest x at which some rival is faster (lower) than the subject, with those
   rivals, fastest first. Value: that x (none when they never are).
@@ -34,15 +37,19 @@ keys, ``where`` and scale) gives each record's value; ``per: <field>`` divides i
 
 ``expect`` turns the value into the verdict (holds / does not hold): ``at_least``, ``at_most``,
 ``between: [low, high]`` (inclusive) or ``equals`` (lists compare as sets). A row without it, or
-whose runs did not all finish, has no verdict.
+whose runs did not all finish (a table cell's runs: its rows' and their baseline rows'), has no
+verdict; a run that has not run reads "not run yet".
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from fa_train.repro.report import (MISSING, Ours, _metric_fmt, first_number, fmt_value, lookup,
-                                   matches, our_row)
+from fa_train.repro.report import (MISSING, Ours, _cells, _metric_fmt, cell_runs, first_number,
+                                   fmt_value, lookup, matches, our_row)
+from fa_train.repro.recipe import Recipe
+
+NOT_RUN = "not run yet"
 
 
 @dataclass
@@ -120,10 +127,14 @@ def subject_points(ours: Ours, spec: dict[str, Any]) -> dict[float, Point]:
 
 
 def unfinished(ours: Ours, runs: list[str]) -> Finding | None:
-    """A not-measured finding naming the first run that has no results, else None."""
+    """A not-measured finding naming the first run that has no results ("not run yet" when none
+    has run), else None."""
+    if runs and all(ours.status(run) == "not run" for run in runs):
+        return Finding(NOT_RUN, measured=False)
     for run in runs:
-        if ours.status(run) != "ok":
-            return Finding(f"{run}: {ours.status(run)}", measured=False)
+        status = ours.status(run)
+        if status != "ok":
+            return Finding(f"{run}: {NOT_RUN if status == 'not run' else status}", measured=False)
     return None
 
 
@@ -198,29 +209,68 @@ def oom(ours: Ours, spec: dict[str, Any]) -> Finding:
     return Finding(text, ran)
 
 
-def table_cell(ours: Ours, spec: dict[str, Any]) -> Finding:
-    """A cell of one of the report's tables (the one filling paper table `table`)."""
-    recipe = ours.recipe
-    table = next(t for t in recipe.report["tables"] if t["paper_table"] == spec["table"])
-    ptable = recipe.paper["tables"][spec["table"]]
-    columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
-    value, why = our_row(ours, table, spec["row"], columns, {})[spec["column"]]
-    if value is None:
-        return Finding(why or MISSING, measured=False)
+def report_table(recipe: Recipe, paper_table: str) -> tuple[dict[str, Any], list[str]]:
+    """The report table filling paper table `paper_table`, and its columns (paper's, then ours)."""
+    table = next(t for t in recipe.report["tables"] if t["paper_table"] == paper_table)
+    ptable = recipe.paper["tables"][paper_table]
+    return table, list(ptable["columns"]) + list(table.get("extra_columns") or [])
+
+
+def cell_run_names(table: dict, rows: list[str], column: str, columns: list[str]) -> list[str]:
+    """The runs behind the cells of `rows` in `column` (none for derived columns of rows given
+    column by column)."""
+    names = []
+    for row in rows:
+        cell = _cells((table.get("rows") or {}).get(row), columns).get(column)
+        names += cell_runs(cell) if cell else []
+    return names
+
+
+def table_runs(ours: Ours, spec: dict[str, Any]) -> list[str]:
+    """The runs a table claim reads: its rows' cells and, for a ratio or a curve gap, the cells of
+    each row's baseline row."""
+    table, columns = report_table(ours.recipe, spec["table"])
+    rows = spec.get("rows") or [spec["row"]]
     col_spec = (table.get("columns") or {}).get(spec["column"]) or {}
-    unit = (ptable.get("units") or {}).get(spec["column"], "")
-    text = fmt_value(value, col_spec.get("fmt") or _metric_fmt(recipe, col_spec))
-    text += unit if unit in ("", "×", "%") else f" {unit}"
-    return Finding(text + (f" ({why})" if why else ""), value)
+    if "baseline_row" in col_spec:
+        rows = rows + [(col_spec.get("baseline_rows") or {}).get(r, col_spec["baseline_row"])
+                       for r in rows]
+    return list(dict.fromkeys(cell_run_names(table, rows, spec["column"], columns)))
+
+
+def table_cell(ours: Ours, spec: dict[str, Any]) -> Finding:
+    """A cell of one of the report's tables (the one filling paper table `table`); with `rows`,
+    that column's cells in order, and whether they increase strictly."""
+    recipe = ours.recipe
+    table, columns = report_table(recipe, spec["table"])
+    col_spec = (table.get("columns") or {}).get(spec["column"]) or {}
+    unit = (recipe.paper["tables"][spec["table"]].get("units") or {}).get(spec["column"], "")
+    cache: dict[str, dict[str, tuple[Any, str]]] = {}
+    cells = []
+    for row in spec.get("rows") or [spec["row"]]:
+        value, why = our_row(ours, table, row, columns, cache)[spec["column"]]
+        if value is None:
+            named = f"{row}: " if "rows" in spec else ""
+            return Finding(named + (why or MISSING), measured=False)
+        text = fmt_value(value, col_spec.get("fmt") or _metric_fmt(recipe, col_spec))
+        text += unit if unit in ("", "×", "%") else f" {unit}"
+        cells.append((value, text + (f" ({why})" if why else "")))
+    if "rows" not in spec:
+        return Finding(cells[0][1], cells[0][0])
+    rising = [a[0] < b[0] for a, b in zip(cells, cells[1:])]
+    text = f"{spec['rows'][0]}: {cells[0][1]}"
+    for up, row, (_, shown) in zip(rising, spec["rows"][1:], cells[1:]):
+        text += f" {'<' if up else '≥'} {row}: {shown}"
+    return Finding(text, all(rising))
 
 
 DERIVES = {"crossover": crossover, "fastest": fastest, "oom": oom}
 
 
 def finding(ours: Ours, spec: dict[str, Any]) -> Finding:
-    """A claim row's `ours`: a table cell, or a derive kind once all its runs finished."""
+    """A claim row's `ours`: a table cell or a derive kind, once all the runs it reads finished."""
     if "table" in spec:
-        return table_cell(ours, spec)
+        return unfinished(ours, table_runs(ours, spec)) or table_cell(ours, spec)
     return unfinished(ours, claim_runs(spec)) or DERIVES[spec["derive"]](ours, spec)
 
 
@@ -240,16 +290,21 @@ def verdict(found: Finding, expect: dict[str, Any] | None) -> str:
     return "holds" if ok else "does not hold"
 
 
-def render_claims(ours: Ours, scale: str) -> list[str]:
-    """The claims section: one row per sentence of paper.claims."""
+def claims_table(ours: Ours, scale: str) -> list[str]:
+    """The claims table, one row per sentence of paper.claims, and its note."""
     spec = ours.recipe.report["claims"]
     rows = spec.get("rows") or {}
-    lines = ["## " + spec.get("title", "The paper's claims and what we measured"), "",
-             f"| # | the paper ({ours.recipe.paper['hardware']}) | ours ({scale}) | verdict |",
+    lines = [f"| # | the paper ({ours.recipe.paper['hardware']}) | ours ({scale}) | verdict |",
              "|---|---|---|---|"]
     for i, claim in enumerate(ours.recipe.paper.get("claims") or [], start=1):
         row = rows.get(i)
         found = finding(ours, row["ours"]) if row else Finding("not compared", measured=False)
         cells = [str(i), claim, found.text, verdict(found, (row or {}).get("expect"))]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return lines + ([""] + [f"_{spec['note'].strip()}_"] if spec.get("note") else []) + [""]
+    return lines + ([""] + [f"_{spec['note'].strip()}_"] if spec.get("note") else [])
+
+
+def render_claims(ours: Ours, scale: str) -> list[str]:
+    """The claims section of a report."""
+    title = ours.recipe.report["claims"].get("title", "The paper's claims and what we measured")
+    return ["## " + title, ""] + claims_table(ours, scale) + [""]

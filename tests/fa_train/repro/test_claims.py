@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fa_train.repro.claims import (Finding, crossover, fastest, finding, oom, record_label,
-                                   render_claims, verdict)
+from fa_train.repro.claims import (Finding, claims_table, crossover, fastest, finding, oom,
+                                   record_label, render_claims, verdict)
 from fa_train.repro.recipe import load_recipe, validate_recipe
 from fa_train.repro.report import Ours, render_report
 
@@ -191,10 +191,12 @@ def test_missing_run_has_no_verdict(recipe, tmp_path):
     ours = make_ours(recipe, tmp_path, runs)
     for claim in (2, 3, 4):
         found = finding(ours, spec(recipe, claim))
-        assert found == Finding("approx: not run", measured=False)
+        assert found == Finding("approx: not run yet", measured=False)
         assert verdict(found, {"equals": True}) == "–"
     runs["dense"]["status"] = "oom"
     assert finding(make_ours(recipe, tmp_path, runs), spec(recipe, 4)).text == "dense: oom"
+    assert finding(make_ours(recipe, tmp_path, {}), spec(recipe, 2)) == Finding("not run yet",
+                                                                                measured=False)
 
 
 def test_verdict_kinds():
@@ -223,6 +225,68 @@ def test_claims_table_rows_and_verdicts(recipe, tmp_path):
     assert "_a note_" in lines
 
 
+def train(ppl, tps=1000.0, status="ok", device="H100"):
+    return {"status": status, "kind": "train", "run_dir": "x",
+            "metrics": {"val/ppl": ppl, "tokens_per_sec_per_device": tps, "device_name": device}}
+
+
+@pytest.fixture
+def ordered(mini_recipe):
+    """The mini recipe with two claims over several rows of its table."""
+    mini_recipe.data["paper"]["claims"] = ["Flash has the lower perplexity.", "Flash is faster."]
+    mini_recipe.data["report"]["claims"] = {"rows": {
+        1: {"ours": {"table": "t", "rows": ["Flash", "Baseline"], "column": "ppl"},
+            "expect": {"equals": True}},
+        2: {"ours": {"table": "t", "rows": ["Baseline", "Flash"], "column": "speedup"},
+            "expect": {"equals": True}}}}
+    return mini_recipe
+
+
+def claim(recipe, tmp_path, runs, number):
+    found = finding(make_ours(recipe, tmp_path, runs), spec(recipe, number))
+    return found.text, verdict(found, recipe.report["claims"]["rows"][number]["expect"])
+
+
+def test_claim_over_rows_holds_when_they_increase_strictly(ordered, tmp_path):
+    assert validate_recipe(ordered) == []
+    runs = {"base": train(30.0, 1000.0), "fast": train(25.5, 2500.0)}
+    assert claim(ordered, tmp_path, runs, 1) == ("Flash: 25.50 < Baseline: 30.00", "holds")
+    assert claim(ordered, tmp_path, runs, 2) == ("Baseline: 1.00× < Flash: 2.50×", "holds")
+    runs = {"base": train(30.0, 1000.0), "fast": train(30.0, 999.0)}        # equal: not lower
+    assert claim(ordered, tmp_path, runs, 1) == ("Flash: 30.00 ≥ Baseline: 30.00", "does not hold")
+    assert claim(ordered, tmp_path, runs, 2) == ("Baseline: 1.00× ≥ Flash: 1.00×", "does not hold")
+
+
+def test_claim_over_rows_without_every_value_has_no_verdict(ordered, tmp_path):
+    runs = {"base": train(30.0), "fast": train(25.5, device="H200")}
+    assert claim(ordered, tmp_path, runs, 1) == ("Flash: 25.50 < Baseline: 30.00", "holds")
+    assert claim(ordered, tmp_path, runs, 2) == ("Flash: baseline on another GPU", "–")
+    runs = {"base": train(30.0), "fast": train(None, status="paused")}
+    assert claim(ordered, tmp_path, runs, 1) == ("fast: paused", "–")
+    assert claim(ordered, tmp_path, {"fast": train(25.5)}, 2) == ("base: not run yet", "–")
+    assert claim(ordered, tmp_path, {}, 1) == ("not run yet", "–")
+
+
+def test_claim_on_a_ratio_cell_waits_for_its_baseline_run(ordered, tmp_path):
+    """A single cell's claim reads its row's baseline too: not run yet, not the ratio's n/a."""
+    cell = {"table": "t", "row": "Flash", "column": "speedup"}
+    ours = make_ours(ordered, tmp_path, {"fast": train(25.5)})
+    assert finding(ours, cell) == Finding("base: not run yet", measured=False)
+    ours = make_ours(ordered, tmp_path, {"fast": train(25.5, 3000.0), "base": train(30.0)})
+    assert finding(ours, cell) == Finding("3.00×", 3.0)
+
+
+@pytest.mark.parametrize("name", ["table1_bert", "table2_gpt2", "table4_gpt2_context"])
+def test_language_model_claims_before_their_runs(name, tmp_path):
+    """Every claim of the three LM recipes reads "not run yet", without a verdict, until its runs
+    have run."""
+    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
+    lines = claims_table(Ours(recipe, tmp_path), "gpu")[2:]
+    rows = [line for line in lines if line.startswith("| ")]
+    assert len(rows) == len(recipe.paper["claims"]) == len(recipe.report["claims"]["rows"])
+    assert all(row.endswith("| not run yet | – |") for row in rows)
+
+
 def test_recipe_checks_claims(recipe):
     assert validate_recipe(recipe) == []
     data = yaml.safe_load(RECIPE)
@@ -232,6 +296,7 @@ def test_recipe_checks_claims(recipe):
     rows[3]["ours"]["rivals"][0]["run"] = "nope"
     del rows[4]["ours"]["at"]
     rows[1]["expect"] = {"roughly": 3}
+    rows[5] = {"ours": {"table": "t", "rows": ["Flash", "Flsah"], "column": "speedup"}}
     recipe.data = data
     problems = validate_recipe(recipe)
     assert "report.claims.rows.9: must be a claim number, 1 ... 5 (paper.claims)" in problems
@@ -239,7 +304,8 @@ def test_recipe_checks_claims(recipe):
     assert "report.claims.rows.3.ours: unknown run 'nope'" in problems
     assert "report.claims.rows.4.ours: oom needs sides and at" in problems
     assert "report.claims.rows.1.expect: one of at_least, at_most, between, equals" in problems
-    assert len(problems) == 5
+    assert "report.claims.rows.5.ours: unknown row 'Flsah' of table 't'" in problems
+    assert len(problems) == 6
 
 
 def test_figure3_report_from_committed_results(tmp_path):

@@ -119,3 +119,94 @@ def test_glance_date_is_when_the_cells_runs_finished(mini_recipe, tmp_path, monk
     (out / "results.json").write_text(json.dumps({"host": {"gpus": ["H100, 80 GiB"]},
                                                   "updated": "2026-03-04T10:00", "runs": runs}))
     assert "| H100, 2026-03-04 |" in results._glance_row(mini_recipe)
+
+
+def lm_results(root, recipe, runs, curves=None):
+    """A fake gpu results.json of `recipe` under root/reports ({run: metrics}, all ok on one
+    H100) and each run's metrics.csv from `curves` ({run: csv text})."""
+    out = root / "reports" / recipe / "gpu"
+    out.mkdir(parents=True)
+    entries = {name: {"status": "ok", "kind": "train", "run_dir": name,
+                      "finished": "2026-12-01T10:00:00", "labels": {},
+                      "metrics": {"device_name": "NVIDIA H100 80GB HBM3", **metrics}}
+               for name, metrics in runs.items()}
+    (out / "results.json").write_text(json.dumps({"host": {"gpus": ["H100"]},
+                                                  "updated": "2026-12-01", "runs": entries}))
+    for name, text in (curves or {}).items():
+        (out / name).mkdir()
+        (out / name / "metrics.csv").write_text(text)
+
+
+def gpt2(ppl, tps):
+    return {"val/ppl": ppl, "tokens_seen": 131072000, "tokens_per_sec_per_device": tps,
+            "time/train_s": 300.0}
+
+
+def test_lm_sections_say_not_run_yet_before_their_runs(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    for name, n in (("table4_gpt2_context", 4), ("table2_gpt2", 2), ("table1_bert", 4)):
+        lines = results.scale_runs(name, "Runs", ("tokens",))
+        assert lines[1] == (f"Runs (recipe {name}): not run yet at the gpu scale ({n} runs; their "
+                            f"GPU time: `scales.gpu.hardware` of `recipes/{name}.yaml`).")
+        claims = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
+        assert claims and all(c.endswith("| not run yet | – |") for c in claims)
+        assert not any("| yes |" in line or "| no |" in line for line in lines)     # no run rows
+
+
+def test_table4_section_rows_and_claims_from_the_gpu_results(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    runs = {"standard-1k": gpt2(40.0, 200000.0), "flash-1k": gpt2(39.9, 400000.0),
+            "flash-2k": gpt2(38.0, 370000.0), "flash-4k": gpt2(37.0, 310000.0)}
+    lm_results(tmp_path, "table4_gpt2_context", runs)
+    lines = results.scale_runs("table4_gpt2_context", "GPT-2", ("ppl", "tokens", "tokens_per_s",
+                                                                "train_min"))
+    assert lines[1] == ("GPT-2 (recipe table4_gpt2_context, scale gpu; "
+                        "`reports/table4_gpt2_context/gpu/results.json`), one row per run:")
+    assert lines[3] == ("| run | attention | torch.compile | validation perplexity (perplexity) | "
+                        "tokens trained on (M tokens) | training throughput (tokens/s/GPU) | "
+                        "training time (validation excluded) (min) | GPU | finished |")
+    assert "| flash-4k | flash | yes | 37.00 | 131.1 | 310,000 | 5.0 | NVIDIA H100 80GB HBM3 | " \
+           "2026-12-01 |" in lines
+    assert any(line.startswith("| 1 | Longer context") and line.endswith(
+        "| FlashAttention · 4K: 37.00 < FlashAttention · 2K: 38.00 < FlashAttention · 1K: 39.90 "
+        "| holds |") for line in lines)
+    assert any(line.startswith("| 2 | ") and line.endswith(
+        "| Megatron-LM · 1K: 1.00× < FlashAttention · 4K: 1.55× | holds |") for line in lines)
+    shutil.rmtree(tmp_path / "reports")
+    runs.update({"flash-2k": gpt2(41.0, 370000.0)})           # 2K worse than 1K: not the order
+    del runs["flash-1k"]
+    lm_results(tmp_path, "table4_gpt2_context", runs)
+    lines = results.scale_runs("table4_gpt2_context", "GPT-2", ("ppl",))
+    assert "| flash-1k | flash | yes | not run yet | – | – |" in lines
+    assert any(line.startswith("| 1 | ") and line.endswith("| flash-1k: not run yet | – |")
+               for line in lines)
+
+
+@pytest.mark.parametrize("gap, verdict", [(0.03, "holds"), (0.08, "does not hold")])
+def test_table2_claim_is_the_largest_validation_loss_gap(tmp_path, monkeypatch, gap, verdict):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    loss = {"val/ppl": 50.0, "loss_end": 3.9}
+    lm_results(tmp_path, "table2_gpt2", {"small-standard": loss, "small-flash": loss}, {
+        "small-standard": "step,val/loss\n100,5.0\n200,4.5\n300,4.0\n",
+        "small-flash": f"step,val/loss\n100,5.01\n200,{4.5 + gap}\n300,3.99\n"})
+    lines = results.scale_runs("table2_gpt2", "GPT-2", ("ppl", "loss_end"))
+    assert ("| small-standard | standard | no | 50.00 | 3.900 | NVIDIA H100 80GB HBM3 | "
+            "2026-12-01 |") in lines
+    assert any(line.startswith("| 1 | ") and line.endswith(f"| {gap:.3f} | {verdict} |")
+               for line in lines)
+
+
+def test_table1_claim_is_flash_before_standard_to_the_threshold(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    csv = "step,time/train_s,val/mlm_acc\n100,{0},0.10\n200,{1},0.31\n"
+    lm_results(tmp_path, "table1_bert", {"base-standard": {}, "base-flash": {}},
+               {"base-standard": csv.format(300, 600), "base-flash": csv.format(200, 480)})
+    lines = results.scale_runs("table1_bert", "BERT", ("to30",))
+    assert "| base-flash | flash | no | 8.0 | NVIDIA H100 80GB HBM3 | 2026-12-01 |" in lines
+    assert "| base-standard-compiled | standard | yes | not run yet | – | – |" in lines
+    assert any(line.endswith("| BERT-base · standard (ours only): 1.00 < BERT-base · flash "
+                             "(ours only): 1.25 | holds |") for line in lines)      # 10 / 8 min
