@@ -191,20 +191,28 @@ def fastest(ours: Ours, spec: dict[str, Any]) -> Finding:
                    not slower)
 
 
+def first_oom(ours: Ours, spec: dict[str, Any], side: dict[str, Any]) -> dict[str, float]:
+    """{label: first x} of the side's records of metric `spec['metric']` that ran out of memory."""
+    mspec = ours.recipe.metrics[spec["metric"]]
+    where = {**(mspec.get("where") or {}), **(side.get("where") or {})}
+    out: dict[str, float] = {}
+    for rec in ours.records(side["run"]):
+        x = first_number(rec, [spec["x"]])
+        if x is not None and matches(rec, where) and str(rec.get("status")).lower() == "oom":
+            label = record_label(rec, side.get("label"), side["run"])
+            out[label] = min(x, out.get(label, x))
+    return out
+
+
 def oom(ours: Ours, spec: dict[str, Any]) -> Finding:
     """Labels with an OOM record, each at its first x, and the labels with a value at `at`."""
-    mspec = ours.recipe.metrics[spec["metric"]]
-    first_oom: dict[str, float] = {}
+    first: dict[str, float] = {}
     for side in spec["sides"]:
-        where = {**(mspec.get("where") or {}), **(side.get("where") or {})}
-        for rec in ours.records(side["run"]):
-            x = first_number(rec, [spec["x"]])
-            if matches(rec, where) and str(rec.get("status")).lower() == "oom" and x is not None:
-                label = record_label(rec, side.get("label"), side["run"])
-                first_oom[label] = min(x, first_oom.get(label, x))
+        for label, x in first_oom(ours, spec, side).items():
+            first[label] = min(x, first.get(label, x))
     at_end = merged(ours, spec, spec["sides"]).get(spec["at"], [])
     ran = list(dict.fromkeys(p.label for p in at_end))
-    oom_text = "; ".join(f"{label} from {_x(x)}" for label, x in first_oom.items())
+    oom_text = "; ".join(f"{label} from {_x(x)}" for label, x in first.items())
     text = f"OOM: {oom_text or 'none'}; ran at {_x(spec['at'])}: {', '.join(ran) or 'none'}"
     return Finding(text, ran)
 

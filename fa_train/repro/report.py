@@ -606,7 +606,7 @@ def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
     <field>`` divides each value by a record field (``batch``: per sequence, for runs of
     different batch sizes; say so in `ylabel`). A line whose records ran out of memory says from
     which x in its legend."""
-    from fa_train.repro.claims import side_points   # it builds on this module's readers
+    from fa_train.repro.claims import first_oom, side_points   # they build on this module's readers
     sides = plot.get("sides") or [{"run": plot["run"], "where": plot.get("where"),
                                    "label": plot.get("group")}]
     spec = {"metric": plot["y"], "x": plot["x"], "per": plot.get("per")}
@@ -624,20 +624,6 @@ def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
     ylabel = plot.get("ylabel") or _metric_label(ours.recipe, plot["y"]) + (
         f" / {plot['per']}" if plot.get("per") else "")
     return plot_xy(series, plot, path, plot.get("xlabel", plot["x"]), ylabel, styles)
-
-
-def first_oom(ours: Ours, spec: dict[str, Any], side: dict[str, Any]) -> dict[str, float]:
-    """{label: first x} of the side's records of metric `spec['metric']` that ran out of memory."""
-    from fa_train.repro.claims import record_label   # it builds on this module's readers
-    mspec = ours.recipe.metrics[spec["metric"]]
-    where = {**(mspec.get("where") or {}), **(side.get("where") or {})}
-    out: dict[str, float] = {}
-    for rec in ours.records(side["run"]):
-        x = first_number(rec, [spec["x"]])
-        if x is not None and matches(rec, where) and str(rec.get("status")).lower() == "oom":
-            label = record_label(rec, side.get("label"), side["run"])
-            out[label] = min(x, out.get(label, x))
-    return out
 
 
 PLOTTERS = {"loss": plot_loss, "train_xy": plot_train_xy, "bench_xy": plot_bench_xy}
