@@ -5,6 +5,7 @@ subcommand takes --out DIR.
                        [--dropout 0.0] [--padding] [--passes fwd,bwd,fwd+bwd] [--dtype bf16]
                        [--tokens 16384] [--hidden 2048] [--timer events|cuda-graph] [--quick]
                        [--device cuda] [--window W (local, flex, flash at N = 1K..32K)]
+                       [--repeats 1 (each cell R times, impls alternating; median, min, max)]
   fa-bench blocksparse --out DIR [--seqlens 4096,16384,65536] [--head-dims 64,128]
                        [--factors 1,2,3,4 | --densities 0.1,0.25,0.5,1.0 | --layouts JSON]
                        [--block 128] [--dropout 0.0]
@@ -103,6 +104,9 @@ def build_parser():
     p.add_argument("--window", type=int, default=None,
                    help="sliding window, keys each side of the diagonal: local (ours) and flex "
                         "compute it, the other impls full attention (default N = 1K..32K)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="measure each cell this many times, the impls alternating (A, B, A, "
+                        "B, ...); rows hold the median, ms_min and ms_max")
 
     p = sub.add_parser("blocksparse", help="block-sparse runtime vs density (Figure 2 right)")
     _add_common(p)
@@ -226,7 +230,8 @@ def configure(args):
         config = mod.AttentionBenchConfig(
             impls=impls, seqlens=seqlens, head_dims=args.head_dims, causal=args.causal,
             dropout_p=args.dropout, padding=args.padding, passes=args.passes, tokens=args.tokens,
-            hidden=args.hidden, timer=args.timer, window=args.window, **common)
+            hidden=args.hidden, timer=args.timer, window=args.window, repeats=args.repeats,
+            **common)
         return config.validate(), mod.run_attention_bench, mod.write_attention_reports
     if args.command == "blocksparse":
         from fa_train.bench import blocksparse as mod

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from fa_train.bench import AttentionBenchConfig, run_attention_bench, write_attention_reports
+from fa_train.bench import attention, runner
 from fa_train.bench.attention import shape_for
+from fa_train.bench.floors import H100_SXM, attention_floor
 from fa_train.bench.cli import main
 from fa_train.bench.common import Unsupported
 from fa_train.bench.impls import AttentionImpl, Built, default_impls, padding_lengths
@@ -154,12 +156,92 @@ def test_timer_is_checked_by_name():
     (["--dropout", "1.5"], "dropout_p must be in [0, 1)"),
     (["--seqlens", "0"], "seqlens: 0 is not a positive integer"),
     (["--timer", "wall"], "argument --timer: invalid choice: 'wall'"),
+    (["--repeats", "0"], "attention: repeats=0 is invalid: expected an integer >= 1\n"),
+    (["--repeats", "-3"], "attention: repeats=-3 is invalid: expected an integer >= 1\n"),
 ])
 def test_cli_argument_errors(argv, words, capsys, tmp_path):
     with pytest.raises(SystemExit) as info:
         main(["attention", "--out", str(tmp_path), "--device", "cpu", *argv])
     assert info.value.code == 2
     assert words in capsys.readouterr().err
+
+
+class Logged(FakeImpl):
+    """FakeImpl whose calls append its name to a shared log."""
+
+    def __init__(self, name, log, fail=None):
+        super().__init__(name, fail)
+        self.log = log
+
+    def build(self, case, q, k, v, dropout_p):
+        built = super().build(case, q, k, v, dropout_p)
+
+        def fn():
+            self.log.append(self.name)
+            return built.fn()
+        return Built(fn, built.leaves, built.to_bnhd)
+
+
+def scripted_timer(log, times, seen):
+    """A bench_time stand-in: one call of fn, then the next scripted ms of the impl it called;
+    `seen` records (impl, timer) per timing."""
+    def bench_time(fn, device, warmup_ms=25, rep_ms=100, grad_to_none=None, timer="events"):
+        fn()
+        seen.append((log[-1], timer))
+        ms = times[log[-1]].pop(0)
+        return {"ms": ms, "ms_p20": ms - 0.5, "ms_p80": ms + 0.5}
+    return bench_time
+
+
+@pytest.mark.parametrize("timer", ["events", "cuda-graph"])
+def test_repeats_alternate_impls_and_report_the_median(monkeypatch, timer):
+    log, seen = [], []
+    times = {"a": [3.0, 1.0, 2.0], "b": [5.0, 9.0, 4.0], "c": [7.0, 7.5, 6.0]}
+    monkeypatch.setattr(runner, "bench_time", scripted_timer(log, times, seen))
+    impls = {n: Logged(n, log) for n in times} | {"err": Logged("err", log, "error")}
+    rows = run_attention_bench(dict(TINY, impls=list(impls), seqlens=[32], causal=[0],
+                                    passes=["fwd"], repeats=3, timer=timer), impls=impls)
+    assert seen == [(n, timer) for n in ["a", "b", "c"] * 3]
+    assert impls["err"].calls == 1  # failed in the first repeat, not run again
+    a, b, c, err = (_by(rows, impl=n)[0] for n in ("a", "b", "c", "err"))
+    assert (a["ms"], a["ms_min"], a["ms_max"], a["ms_repeats"]) == (2.0, 1.0, 3.0, [3.0, 1.0, 2.0])
+    assert (a["ms_p20"], a["ms_p80"], a["repeats"]) == (1.5, 2.5, 3)
+    assert (b["ms"], b["ms_min"], b["ms_max"], c["ms"]) == (5.0, 4.0, 9.0, 7.0)
+    assert a["tflops"] == a["flops"] / 2e-3 / 1e12
+    assert err["status"] == "error" and err["repeats"] == 0 and err["ms"] is None
+
+
+def test_one_repeat_keeps_the_single_timing(monkeypatch):
+    log, seen = [], []
+    monkeypatch.setattr(runner, "bench_time", scripted_timer(log, {"a": [3.0]}, seen))
+    row, = run_attention_bench(dict(TINY, impls=["a"], seqlens=[32], causal=[0], passes=["fwd"]),
+                               impls={"a": Logged("a", log)})
+    assert (row["ms"], row["ms_p20"], row["ms_p80"], row["ms_min"], row["ms_max"],
+            row["repeats"]) == (3.0, 2.5, 3.5, 3.0, 3.0, 1)
+
+
+@pytest.mark.parametrize("gpu,dtype,floored", [("NVIDIA H100 80GB HBM3", "bf16", True),
+                                               ("NVIDIA A100-SXM4-80GB", "bf16", False),
+                                               ("NVIDIA H100 80GB HBM3", "fp32", False)])
+def test_rows_carry_the_floor_on_known_gpus_only(monkeypatch, tmp_path, gpu, dtype, floored):
+    log, seen = [], []
+    monkeypatch.setattr(runner, "bench_time",
+                        scripted_timer(log, {"a": [4.0, 8.0, 2.0, 6.0, 3.0, 5.0]}, seen))
+    monkeypatch.setattr(attention, "gpu_name", lambda device: gpu)
+    cfg = AttentionBenchConfig(**dict(TINY, impls=["a"], seqlens=[32], causal=[1], dtype=dtype,
+                                      repeats=2, check=False))
+    rows = run_attention_bench(cfg, impls={"a": Logged("a", log)})
+    assert len(rows) == 3
+    for r in rows:
+        floor = attention_floor(r["batch"], r["heads"], 32, 8, True, "bf16", r["pass"], H100_SXM)
+        if floored:
+            assert {k: r[k] for k in floor} == floor
+            assert r["roofline_fraction"] == floor["floor_ms"] / r["ms"]
+        else:
+            assert not {"floor_bytes", "floor_ms", "floor_bound", "roofline_fraction"} & set(r)
+    md = write_attention_reports(rows, tmp_path, cfg)["md"].read_text()
+    assert ("Share of the floor" in md) == floored
+    assert "fastest repeat's median" in md and "each cell measured 2 times" in md
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
