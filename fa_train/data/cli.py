@@ -81,7 +81,8 @@ def _corpus(args) -> int:
         manifest = json.loads((lm_dir / "manifest.json").read_text())
         console.print(f"unpacked into {lm_dir}", soft_wrap=True)
         corpus_dir = Path(args.cache_dir) / "corpus" / args.preset
-        if corpus_ready(corpus_dir, manifest["params"]) is None:
+        if args.tokenizer != "wordpiece" and corpus_ready(corpus_dir, manifest["params"]) is None:
+            # lower-cased WordPiece cannot give the text back; GPT-2 and BPE tokens can
             corpus_tokens.restore_text(lm_dir, corpus_dir)
             console.print(f"corpus text (decoded from the tokens, for other tokenizers): {corpus_dir}",
                           soft_wrap=True)

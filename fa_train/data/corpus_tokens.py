@@ -73,19 +73,23 @@ def token_stats(corpus_files: dict[str, Path], lm_dir: Path) -> dict:
             "document_length": length_summary(np.concatenate(everything))}
 
 
+def data_files(lm_dir: Path) -> list[Path]:
+    """The arrays of a tokenized cache folder (``*.bin``, ``*.npy``): what a pack compresses."""
+    return sorted(p for p in Path(lm_dir).iterdir() if p.suffix in (".bin", ".npy"))
+
+
 def pack(lm_dir: Path, manifest: Path, out: Path, preset: int = 6) -> dict:
     """Write the pack of ``lm_dir`` (+ the corpus ``manifest``) into ``out``; returns pack.json's content."""
     lm_dir, out = Path(lm_dir), Path(out)
     meta = json.loads((lm_dir / "meta.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    for split in SPLITS:
-        src = lm_dir / f"{split}.bin"
-        tmp = out / f"{split}.bin.xz.tmp"
+    for src in data_files(lm_dir):   # the token memmaps, and the MLM cache's segment tables
+        tmp = out / f"{src.name}.xz.tmp"
         with open(src, "rb") as f, lzma.open(tmp, "wb", preset=preset) as z:
             shutil.copyfileobj(f, z, 1 << 22)
-        os.replace(tmp, out / f"{split}.bin.xz")
-        files[f"{split}.bin"] = {"bytes": src.stat().st_size, "sha256": file_sha256(src)}
+        os.replace(tmp, out / f"{src.name}.xz")
+        files[src.name] = {"bytes": src.stat().st_size, "sha256": file_sha256(src)}
     for name, src in (("meta.json", lm_dir / "meta.json"), ("tokenizer.json", lm_dir / "tokenizer.json"),
                       ("manifest.json", Path(manifest))):
         shutil.copyfile(src, out / name)
@@ -116,7 +120,7 @@ def unpack(pack_dir: Path, cache_dir: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for name in files:
-        src = pack_dir / (name + ".xz" if name.endswith(".bin") else name)
+        src = pack_dir / (name + ".xz" if name.endswith((".bin", ".npy")) else name)
         try:
             with (lzma.open(src, "rb") if src.suffix == ".xz" else open(src, "rb")) as f, open(tmp / name, "wb") as g:
                 shutil.copyfileobj(f, g, 1 << 22)

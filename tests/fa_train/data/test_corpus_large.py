@@ -133,6 +133,22 @@ def test_corpus_command_packs_and_restores_the_large_preset(fake_packages, tmp_p
     assert "use the options it was packed with" in capsys.readouterr().out
 
 
+def test_a_wordpiece_pack_restores_every_file_of_its_cache(fake_packages, tmp_path):
+    """The MLM cache holds segment tables beside the tokens; a restored one must load."""
+    here, there, pack = tmp_path / "here", tmp_path / "there", tmp_path / "pack"
+    common = ["corpus", "--preset", "large", "--tokenizer", "wordpiece", "--vocab-size", "300"]
+    assert cli.main([*common, "--cache-dir", str(here), "--pack", str(pack)]) == 0
+    assert cli.main([*common, "--cache-dir", str(there), "--from-pack", str(pack)]) == 0
+    (src,) = (here / "mlm").glob("large-wordpiece-*")
+    names = sorted(p.name for p in src.iterdir())
+    assert any(n.endswith(".npy") for n in names)
+    assert all((there / "mlm" / src.name / n).read_bytes() == (src / n).read_bytes() for n in names)
+    mlm = MLMDataModule(source="large", vocab_size=300, seq_len=32, batch_size=2, cache_dir=str(there))
+    mlm.prepare_data()
+    mlm.setup()
+    assert min(mlm.num_examples.values()) > 0
+
+
 def test_the_committed_manifest_describes_this_code():
     """reports/corpus/large_manifest.json was built with exactly these sources and rules."""
     from pathlib import Path
