@@ -5,7 +5,8 @@ on the offline English corpus, a few hundred steps on CPU in under three minutes
 
 Every run writes into its own folder ``outputs/<experiment>/<run id>/`` (under the repository root,
 or $FA_TRAIN_ROOT; see fa_train.utils.run_dir): config.yaml (resolved), metrics.csv, metrics.json,
-checkpoints/last.ckpt and loss_curve.png, and prints where they are.
+checkpoints/last.ckpt and loss_curve.png, and prints where they are; a run with val/acc also
+checkpoints/best_weights.pt, and its test split is tested at both the final and those weights.
 
 Rules resolved here (documented in configs/):
 - ``attention=auto`` (attention.impl: auto): flash on CUDA, sdpa on CPU.
@@ -84,6 +85,7 @@ def train(cfg) -> dict:
         stopped_early = record.paused() or record.divergence() is not None
         if cfg.get("run_test") and not stopped_early and _has_loader(dm, "test_dataloader"):
             trainer.test(task, datamodule=dm, verbose=False)
+            test_at_best(trainer, task, dm)
     return record.metrics
 
 
@@ -110,6 +112,20 @@ def open_run_dir(cfg):
     with open_dict(cfg):
         cfg.paths.output_dir = str(out_dir)
     return out_dir, resume
+
+
+def test_at_best(trainer, task, dm) -> None:
+    """Test again at the weights of the best validation (BestWeights), logged as
+    test_at_best_val/...; nothing when no best was saved."""
+    import torch
+
+    from fa_train.callbacks import BestWeights
+    best = next((c for c in trainer.callbacks if isinstance(c, BestWeights)), None)
+    if best is None or best.best_step is None or not best.path.is_file():
+        return
+    task.load_state_dict(torch.load(best.path, map_location="cpu")["state_dict"])
+    task.test_stage = "test_at_best_val"
+    trainer.test(task, datamodule=dm, verbose=False)
 
 
 def fill_model_from_data(cfg, dm):

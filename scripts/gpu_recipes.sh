@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run recipes at the gpu scale, one after another, within a time budget; then render their reports
 # and pack the result folders into OUT/reports.tar.gz: checkpoints excluded, except kept ones
-# (paused runs, transfer sources) of at most CKPT_MB (default 16), so that they can continue on
-# another host. Runs resume: a run that finished is skipped next time; training runs pause before
-# the budget ends (fa-repro's --time-budget) and continue next time; a run cut off anyway runs again.
+# (paused runs and their best-validation weights, transfer sources) of at most CKPT_MB (default
+# 16), so that they can continue on another host. Runs resume: a run that finished is skipped next
+# time; training runs pause before the budget ends (fa-repro's --time-budget) and continue next
+# time; a run cut off anyway runs again.
 # Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
 #   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu);
 #   IN_PROCESS=1 runs them in one Python process (no start-up per run; for sweeps of short runs);
@@ -40,6 +41,6 @@ for spec in "$@"; do
         || echo "report failed: $spec"
 done
 tar cf "$out/reports.tar" --exclude='*.ckpt' --exclude=checkpoints "${folders[@]}"
-find "${folders[@]}" -path '*/checkpoints/last.ckpt' -size -"$(( ${CKPT_MB:-16} * 1024 + 1 ))"k \
+find "${folders[@]}" -path '*/checkpoints/*' \( -name last.ckpt -o -name best_weights.pt \) -size -"$(( ${CKPT_MB:-16} * 1024 + 1 ))"k \
     -exec tar rf "$out/reports.tar" {} + 2>/dev/null
 gzip -f "$out/reports.tar"

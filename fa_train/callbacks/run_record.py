@@ -4,8 +4,10 @@ Keys: status ("running" | "ok" | "paused" | "diverged" | "oom" | "failed"), erro
 when failed), experiment, git_commit, output_dir, resumed_from; from `describe`: attention
 (resolved), model, n_params, seq_len, batch_size, global_batch_size, accumulate_grad_batches,
 devices, precision; at the end: global_step, epoch, wall_time_s, every final logged metric
-(val/loss, val/ppl, val/acc, test/...), PerfMonitor's summary (tokens_per_sec_per_device, mfu,
-peak_memory_gib, flops_per_token, ...), tokens_per_sec (per device x world_size) and world_size,
+(val/loss, val/ppl, val/acc, test/... at the final weights, test_at_best_val/... at the best
+validation's), BestWeights' best_val/acc and best_val/step, PerfMonitor's summary
+(tokens_per_sec_per_device, mfu, peak_memory_gib, flops_per_token, ...), tokens_per_sec
+(per device x world_size) and world_size,
 train_loss_first, train_loss_last, loss_start / loss_end (means of the first / last 10 optimizer
 steps), block-sparse layout statistics, checkpoint, loss_curve, metrics_csv; diverged_at_step
 when training diverged.
@@ -22,6 +24,7 @@ from typing import Any
 
 import lightning as L
 
+from fa_train.callbacks.best_weights import BestWeights
 from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.divergence import StopOnDivergence
 from fa_train.callbacks.history import LossHistory
@@ -55,14 +58,17 @@ class RunRecord(L.Callback):
                                         "experiment": experiment, "git_commit": git_commit(),
                                         "output_dir": str(self.out_dir), **fields}
         self.trainer: L.Trainer | None = None
-        self._fit_metrics: dict[str, Any] = {}
+        self._kept_metrics: dict[str, Any] = {}  # callback_metrics of fit and earlier test passes
 
     def describe(self, trainer: L.Trainer, **fields: Any) -> None:
         self.trainer = trainer
         self.metrics.update(fields)
 
     def on_fit_end(self, trainer, pl_module):
-        self._fit_metrics = dict(trainer.callback_metrics)  # trainer.test() replaces them
+        self._kept_metrics.update(trainer.callback_metrics)  # trainer.test() replaces them
+
+    def on_test_end(self, trainer, pl_module):
+        self._kept_metrics.update(trainer.callback_metrics)  # as does another test pass
 
     @contextmanager
     def capture(self):
@@ -108,9 +114,12 @@ class RunRecord(L.Callback):
         m, trainer = self.metrics, self.trainer
         if trainer is not None:
             m.update(global_step=trainer.global_step, epoch=trainer.current_epoch)
-            for k, v in {**self._fit_metrics, **trainer.callback_metrics}.items():
+            for k, v in {**self._kept_metrics, **trainer.callback_metrics}.items():
                 if not k.startswith("perf/") and _scalar(v) is not None:  # perf: summary below
                     m[k] = _scalar(v)
+        best = self._callback(BestWeights)
+        if best is not None:
+            m.update(best.summary)
         perf = self._callback(PerfMonitor)
         if perf is not None:
             m.update(perf.summary)

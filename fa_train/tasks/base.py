@@ -57,6 +57,7 @@ class TaskModule(L.LightningModule):
         self._compiled = None
         self.tokens_seen = 0  # per-process count of input tokens (a padded batch counts its padding)
         self._step_hooks: list = []   # modules told when each optimizer step starts (on_fit_start)
+        self.test_stage = "test"  # test metrics are logged as f"{test_stage}/..."
         self.save_hyperparameters(ignore=["model"])
 
     # -- model call (optionally compiled) ---------------------------------------------------------
@@ -77,7 +78,7 @@ class TaskModule(L.LightningModule):
         return self.step(batch, "val")
 
     def test_step(self, batch, batch_idx):
-        return self.step(batch, "test")
+        return self.step(batch, self.test_stage)
 
     def step(self, batch, stage: str) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -70,7 +70,7 @@ class ClassificationTask(TaskModule):
         self._log_f1("val")
 
     def on_test_epoch_end(self):
-        self._log_f1("test")
+        self._log_f1(self.test_stage)
 
 
 class RetrievalTask(ClassificationTask):

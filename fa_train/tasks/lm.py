@@ -54,7 +54,7 @@ class LanguageModelingTask(TaskModule):
         self._log_ppl("val")
 
     def on_test_epoch_end(self):
-        self._log_ppl("test")
+        self._log_ppl(self.test_stage)
 
 
 def perplexity(loss: float) -> float:

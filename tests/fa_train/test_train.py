@@ -370,3 +370,45 @@ def test_a_diverging_run_stops_and_says_so(tmp_path):
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)["state_dict"]
         assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
+
+
+def test_classification_tests_final_and_best_validation_weights(tmp_path):
+    """A classification run tests its final weights (test/) and, again, the weights of its best
+    val/acc (test_at_best_val/), which are those of the step recorded as best_val/step."""
+    import csv
+
+    from hydra.utils import instantiate
+
+    from fa_train.tasks.base import batch_get
+    cfg = make_cfg(tmp_path, "lra/listops", [
+        "attention=standard", *TINY_CLS, "trainer.val_check_interval=2", "task.optimizer.lr=0.05",
+        "task.scheduler.name=none"], steps=6, data={
+        "_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 32,
+        "vocab_size": 20, "num_classes": 2, "seed": 7})
+    m = check_outputs(train(cfg), tmp_path)
+    out = Path(m["output_dir"])
+    with open(out / "metrics.csv") as f:
+        val = {int(r["step"]) + 1: float(r["val/acc"])  # the csv's step: optimizer steps - 1
+               for r in csv.DictReader(f) if r.get("val/acc")}
+    assert len(val) == 3 and m["best_val/step"] < m["global_step"]  # this run peaks early
+    assert m["best_val/acc"] == max(val.values()) and val[m["best_val/step"]] == m["best_val/acc"]
+    for key in ("test/acc", "test/loss", "test_at_best_val/acc", "test_at_best_val/loss"):
+        assert key in m, key
+    assert m["test_at_best_val/loss"] != m["test/loss"]  # other weights
+    last = torch.load(out / "checkpoints/last.ckpt", weights_only=False)["callbacks"]
+    assert {"best_value": m["best_val/acc"], "best_step": m["best_val/step"]} in last.values()
+    best = torch.load(out / "checkpoints/best_weights.pt")
+    assert (best["step"], best["value"]) == (m["best_val/step"], m["best_val/acc"])
+    saved_cfg = OmegaConf.load(out / "config.yaml")
+    dm, model = instantiate(saved_cfg.data), instantiate(saved_cfg.model)
+    model.load_state_dict({k.removeprefix("model."): v for k, v in best["state_dict"].items()})
+    dm.setup("fit")
+    model.eval()
+    right = total = 0
+    with torch.no_grad():
+        for _, batch in zip(range(2), dm.val_dataloader()):  # limit_val_batches=2
+            labels = batch_get(batch, "labels")
+            right += int((model(batch_get(batch, "input_ids"), batch_get(batch, "attention_mask"))
+                          .argmax(-1) == labels).sum())
+            total += len(labels)
+    assert right / total == pytest.approx(m["best_val/acc"])
