@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fa_train.repro.report import (MISSING, Ours, _cells, _metric_fmt, cell_runs, first_number,
-                                   fmt_value, lookup, matches, our_row)
+                                   fmt_value, lookup, matches, our_row, table_columns)
 from fa_train.repro.recipe import Recipe
 
 NOT_RUN = "not run yet"
@@ -220,8 +220,7 @@ def oom(ours: Ours, spec: dict[str, Any]) -> Finding:
 def report_table(recipe: Recipe, paper_table: str) -> tuple[dict[str, Any], list[str]]:
     """The report table filling paper table `paper_table`, and its columns (paper's, then ours)."""
     table = next(t for t in recipe.report["tables"] if t["paper_table"] == paper_table)
-    ptable = recipe.paper["tables"][paper_table]
-    return table, list(ptable["columns"]) + list(table.get("extra_columns") or [])
+    return table, table_columns(recipe, table)
 
 
 def cell_run_names(table: dict, rows: list[str], column: str, columns: list[str]) -> list[str]:

@@ -392,6 +392,12 @@ def in_range(record: dict[str, Any], ranges: dict[str, list] | None) -> bool:
     return True
 
 
+def table_columns(recipe: Recipe, table: dict[str, Any]) -> list[str]:
+    """A report table's columns: its paper table's, then its own (extra_columns)."""
+    ptable = recipe.paper["tables"][table["paper_table"]]
+    return list(ptable["columns"]) + list(table.get("extra_columns") or [])
+
+
 def render_table(ours: Ours, table: dict[str, Any], scale: str) -> list[str]:
     recipe = ours.recipe
     ptable = recipe.paper["tables"][table["paper_table"]]

@@ -405,7 +405,7 @@ def _unit(unit: str | None) -> str:
 
 def _glance_row(recipe) -> str:
     from fa_train.repro.claims import cell_run_names
-    from fa_train.repro.report import MISSING, Ours, _metric_fmt, fmt_cell, our_row
+    from fa_train.repro.report import MISSING, Ours, _metric_fmt, fmt_cell, our_row, table_columns
     spec = recipe.report.get("glance")
     title = recipe.title.split(" — ")[0]
     if not spec:
@@ -418,7 +418,7 @@ def _glance_row(recipe) -> str:
     paper = f"{prow}, {pcol}: {MISSING if pval is None else pval}{_unit(units.get(pcol))}"
     orows, ocol = spec["ours"]["row"], spec["ours"]["column"]
     orows = orows if isinstance(orows, list) else [orows]  # several: runs that split, side by side
-    columns = list(ptable["columns"]) + list(table.get("extra_columns") or [])
+    columns = table_columns(recipe, table)
     # The largest scale where a row's cell has a value (a paused or failed run has none); a
     # scale's earlier protocols (folders <scale>-*, kept when a recipe's scale was redesigned)
     # come after it. Without a value anywhere: the largest current scale with results, saying why.
