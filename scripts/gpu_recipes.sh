@@ -34,7 +34,7 @@ for spec in "$@"; do
         "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} ${JOBS:+--jobs "$JOBS"} ${GPUS:+--gpus "$GPUS"} \
         ${PAUSE_AFTER:+--pause-after "$PAUSE_AFTER"} > "$out/$recipe.log" 2>&1
     echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30
-    pkill -f fa_train.train || true
+    pkill -f "fa_train.train .*reports/$recipe/$scale/" || true   # its own runs' stragglers only
 done
 for spec in "$@"; do
     "$python" -m fa_train.repro.cli report "${spec%%:*}" --scale "$scale" > /dev/null 2>&1 \

@@ -17,7 +17,10 @@ reuses them. A second run finds ``meta.json`` there and reuses the memmaps witho
 
 Windows: ``seq_len + 1`` tokens, ``input_ids = w[:-1]``, ``labels = w[1:]`` (both int64). Train windows
 start at random offsets (``train_samples_per_epoch`` of them per epoch, default one pass's worth);
-validation and test windows are contiguous and non-overlapping, every token predicted once.
+``windows_per_draw=k`` cuts each random draw of ``k * seq_len`` tokens into ``k`` consecutive windows
+(samples ``k*d ... k*d+k-1``), so a batch at context ``seq_len`` holds as many independent spans of
+text as one at context ``k * seq_len`` with the same tokens. Validation and test windows are
+contiguous and non-overlapping, every token predicted once.
 
 Exact resume: the train window of sample ``j`` in epoch ``e`` is a pure function of (seed, e, j)
 (see `EpochSampler` and `TokenWindows`), and the train loader is a `ResumableDataLoader`, whose
@@ -221,17 +224,20 @@ class TokenWindows(Dataset):
     """Windows of ``seq_len + 1`` tokens from a 1-D token memmap.
 
     Eval mode (``seed=None``): item ``i`` starts at ``i * seq_len`` (contiguous, non-overlapping
-    predictions). Train mode: item ``g`` (any integer, see `EpochSampler`) starts at a random offset
-    that depends only on (seed, g), so any worker, rank or resumed run draws the same window.
+    predictions). Train mode: item ``g`` (any integer, see `EpochSampler`) is window ``g % k`` of
+    draw ``g // k`` (``k = windows_per_draw``), a span of ``k * seq_len`` tokens at a random offset
+    that depends only on (seed, g // k), so any worker, rank or resumed run draws the same window.
     """
 
     def __init__(self, path: str | Path, dtype: str, num_tokens: int, seq_len: int,
-                 seed: int | None = None, num_samples: int | None = None):
-        if num_tokens < seq_len + 1:
-            raise UserError(f"seq_len={seq_len} needs at least {seq_len + 1} tokens, but {Path(path).name} has "
-                             f"{num_tokens}; lower seq_len or use a larger corpus")
+                 seed: int | None = None, num_samples: int | None = None, windows_per_draw: int = 1):
+        span = seq_len * windows_per_draw if seed is not None else seq_len
+        if num_tokens < span + 1:
+            draws = f" x windows_per_draw={windows_per_draw}" if span != seq_len else ""
+            raise UserError(f"seq_len={seq_len}{draws} needs at least {span + 1} tokens, but "
+                            f"{Path(path).name} has {num_tokens}; lower seq_len or use a larger corpus")
         self.path, self.dtype, self.num_tokens, self.seq_len = str(path), dtype, num_tokens, seq_len
-        self.seed, self._data = seed, None
+        self.seed, self.windows_per_draw, self._data = seed, windows_per_draw, None
         self.num_windows = (num_tokens - 1) // seq_len
         self.num_samples = num_samples or self.num_windows
 
@@ -250,7 +256,10 @@ class TokenWindows(Dataset):
     def start(self, index: int) -> int:
         if self.seed is None:
             return index * self.seq_len
-        return int(np.random.default_rng([self.seed, index]).integers(0, self.num_tokens - self.seq_len))
+        draw, part = divmod(index, self.windows_per_draw)
+        span = self.seq_len * self.windows_per_draw
+        return (int(np.random.default_rng([self.seed, draw]).integers(0, self.num_tokens - span))
+                + part * self.seq_len)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         s = self.start(index)
@@ -426,13 +435,17 @@ class LMDataModule(TextDataModule):
                  seq_len: int = 256, batch_size: int = 16, eval_batch_size: int | None = None,
                  num_workers: int = 0, pin_memory: bool = False, cache_dir: str = "data_cache", num_proc: int = 1,
                  seed: int = 1234, val_fraction: float = 0.0005, test_fraction: float = 0.0005,
-                 split_seed: int = 0, train_samples_per_epoch: int | None = None):
+                 split_seed: int = 0, train_samples_per_epoch: int | None = None, windows_per_draw: int = 1):
         check_int("data.seq_len", seq_len, 1, 65536)
+        check_int("data.windows_per_draw", windows_per_draw, 1, 65536)
+        if batch_size % windows_per_draw:
+            raise UserError(f"data.windows_per_draw must divide data.batch_size ({batch_size}) so that "
+                            f"every batch holds whole draws, got {windows_per_draw}")
         self.vocab_file, self.merges_file = vocab_file, merges_file
         super().__init__(source, data_files, text_field, dataset_config, tokenizer, vocab_size, tokenizer_file,
                          seq_len, batch_size, eval_batch_size, num_workers, pin_memory, cache_dir, num_proc, seed,
                          val_fraction, test_fraction, split_seed)
-        self.train_samples_per_epoch = train_samples_per_epoch
+        self.train_samples_per_epoch, self.windows_per_draw = train_samples_per_epoch, windows_per_draw
         self.eot_id: int | None = None
         self.num_tokens: dict[str, int] = {}
 
@@ -469,4 +482,5 @@ class LMDataModule(TextDataModule):
             train = split == "train"
             self.datasets[split] = TokenWindows(out / f"{split}.bin", meta["dtype"], self.num_tokens[split],
                                                 self.seq_len, seed=self.seed if train else None,
-                                                num_samples=self.train_samples_per_epoch if train else None)
+                                                num_samples=self.train_samples_per_epoch if train else None,
+                                                windows_per_draw=self.windows_per_draw if train else 1)

@@ -297,16 +297,24 @@ def verdict(found: Finding, expect: dict[str, Any] | None) -> str:
     return "holds" if ok else "does not hold"
 
 
-def claims_table(ours: Ours, scale: str) -> list[str]:
-    """The claims table, one row per sentence of paper.claims, and its note."""
-    spec = ours.recipe.report["claims"]
-    rows = spec.get("rows") or {}
-    lines = [f"| # | the paper ({ours.recipe.paper['hardware']}) | ours ({scale}) | verdict |",
-             "|---|---|---|---|"]
+def judged_claims(ours: Ours) -> list[tuple[str, Finding, str]]:
+    """(claim, what we measured, verdict) for each sentence of paper.claims."""
+    rows = ours.recipe.report["claims"].get("rows") or {}
+    judged = []
     for i, claim in enumerate(ours.recipe.paper.get("claims") or [], start=1):
         row = rows.get(i)
         found = finding(ours, row["ours"]) if row else Finding("not compared", measured=False)
-        cells = [str(i), claim, found.text, verdict(found, (row or {}).get("expect"))]
+        judged.append((claim, found, verdict(found, (row or {}).get("expect"))))
+    return judged
+
+
+def claims_table(ours: Ours, scale: str) -> list[str]:
+    """The claims table, one row per sentence of paper.claims, and its note."""
+    spec = ours.recipe.report["claims"]
+    lines = [f"| # | the paper ({ours.recipe.paper['hardware']}) | ours ({scale}) | verdict |",
+             "|---|---|---|---|"]
+    for i, (claim, found, said) in enumerate(judged_claims(ours), start=1):
+        cells = [str(i), claim, found.text, said]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines + ([""] + [f"_{spec['note'].strip()}_"] if spec.get("note") else [])
 

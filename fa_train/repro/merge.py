@@ -65,8 +65,8 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
             raise RecipeError(f"{src} holds {key} {theirs[key]!r} but {dest} holds "
                               f"{held.get(key)!r}: merge folders of the same recipe and scale")
     ours = Results(dest, recipe, scale)   # written only when a run is recorded
-    if not held or str(theirs.get("updated") or "") > str(held.get("updated") or ""):
-        ours.data["host"] = theirs.get("host")
+    held_last = max((str(e.get("finished") or "") for e in (held or {}).get("runs", {}).values()),
+                    default="")
     unknown = sorted(set(only or []) - set(theirs.get("runs", {})))
     if unknown:
         raise RecipeError(f"--only names runs that {src} does not hold: {', '.join(unknown)}")
@@ -86,6 +86,8 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
             shutil.copytree(folder, target)
             if root is not None:
                 relocate_records(target, root, str(dest.resolve()))
+        if str(entry.get("finished") or "") > held_last:   # the host of the latest run made
+            ours.data["host"] = theirs.get("host")
         ours.record(name, entry)
         taken.append(name)
     return dest, taken

@@ -368,6 +368,9 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                     not spec.get("curve") or spec.get("baseline_row") not in (table.get("rows") or {})):
                 p.append(f"report.tables[{i}].columns.{col}: curve_gap needs `curve` (a metrics.csv "
                          f"column) and `baseline_row` (a row of this table)")
+            if spec.get("derive") == "curve_gap" and spec.get("at", "widest") not in ("widest", "end"):
+                p.append(f"report.tables[{i}].columns.{col}: curve_gap's `at` must be widest or end, "
+                         f"got {spec['at']!r}")
     for i, plot in enumerate((d["report"] or {}).get("plots") or []):
         for key in ("y",):
             if plot.get(key) and plot[key] not in metric_names and plot.get("type") != "loss":

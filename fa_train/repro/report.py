@@ -343,7 +343,8 @@ def _cell_devices(ours: Ours, cell: dict[str, Any]) -> set[str]:
 def _curve_gap(ours, table, row, col, spec, cells, columns):
     """The largest |curve(row) - curve(baseline row)| over the x values (steps by default) that
     both runs logged: how far apart two runs of the same data order ever were, e.g. in training
-    loss. The baseline row is `baseline_rows[row]`, else `baseline_row`."""
+    loss; with `at: end`, curve(row) - curve(baseline row) at the last x both logged. The baseline
+    row is `baseline_rows[row]`, else `baseline_row`."""
     mine = cells.get(col)
     baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
     base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
@@ -355,6 +356,8 @@ def _curve_gap(ours, table, row, col, spec, cells, columns):
     if not common:
         status = next((ours.status(c["run"]) for c in (mine, base) if ours.status(c["run"]) != "ok"), "ok")
         return None, "no common points" if status == "ok" else status
+    if spec.get("at") == "end":
+        return a[max(common)] - b[max(common)], ""
     return max(abs(a[x] - b[x]) for x in common), ""
 
 

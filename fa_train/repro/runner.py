@@ -25,6 +25,7 @@ import platform
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -126,7 +127,6 @@ class SubprocessExecutor:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
     try:
         os.killpg(proc.pid, signal.SIGKILL)   # the child's own session: only what it started
     except (ProcessLookupError, PermissionError):
@@ -267,6 +267,9 @@ def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tup
         return "timeout", "timed out"
     if outcome.returncode in (-9, 137) and not has_result:
         return "oom", "killed (SIGKILL: most likely the host ran out of memory)"
+    if outcome.returncode < 0:   # stopped from outside: its last line says nothing about why
+        said = f" after writing metrics.json with status {reported!r}" if reported else ""
+        return "failed", f"stopped by {signal_name(-outcome.returncode)}{said}"
     if outcome.returncode != 0:
         return "failed", _error_line(outcome.output) or f"exit status {outcome.returncode}"
     if reported == "paused":
@@ -278,6 +281,14 @@ def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tup
     if not has_result:
         return "failed", "finished but wrote no result file"
     return "ok", None
+
+
+def signal_name(number: int) -> str:
+    """SIGTERM for 15; 'signal N' for a number that names no signal."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _error_line(text: str) -> str | None:

@@ -24,7 +24,14 @@ def test_runs_a_recipe_subset_then_resumes_and_packs(tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
         return res.stdout
 
-    assert "[1/1] small-standard: ok" in run(240)
+    # a training run of another recipe on the same host (another invocation's) is left alone
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "fa_train.train",
+                              "hydra.run.dir=reports/table4_gpt2_context/smoke/flash-4k"])
+    try:
+        assert "[1/1] small-standard: ok" in run(240)
+        assert other.poll() is None
+    finally:
+        other.kill()
     with tarfile.open(tmp_path / "out/reports.tar.gz") as tar:
         names = set(tar.getnames())
         results = json.load(tar.extractfile("reports/table2_gpt2/smoke/results.json"))

@@ -83,6 +83,31 @@ def test_train_windows_are_random_and_seeded(prepared):
     assert not torch.equal(next(iter(loader))["input_ids"], b1["input_ids"])  # a new epoch, new windows
 
 
+def test_windows_per_draw_cuts_each_draw_into_consecutive_windows(prepared, tiny_corpus):
+    dm, cache = prepared
+    one = dm.datasets["train"]
+    rng_start = lambda draw, span: int(np.random.default_rng([7, draw]).integers(
+        0, dm.num_tokens["train"] - span))
+    assert [one.start(g) for g in range(8)] == [rng_start(g, 16) for g in range(8)]  # k=1 as before
+    dm4 = _dm(tiny_corpus, cache, windows_per_draw=4)
+    dm4.setup()
+    four = dm4.datasets["train"]
+    starts = [four.start(g) for g in range(12)]
+    for draw in range(3):
+        first = rng_start(draw, 64)
+        assert starts[4 * draw:4 * draw + 4] == [first, first + 16, first + 32, first + 48]
+        assert first + 64 <= dm.num_tokens["train"] - 1            # the last window's labels fit
+    assert len({starts[0], starts[4], starts[8]}) == 3
+    batch = next(iter(dm4.train_dataloader()))                      # batch 4: one draw, 64 tokens
+    assert torch.equal(batch["input_ids"][1:, 0], batch["labels"][:-1, -1])
+    assert dm4.datasets["validation"].start(1) == 16                # eval windows are unchanged
+    with pytest.raises(ValueError, match=r"data.windows_per_draw must divide data.batch_size \(4\)"
+                                         r" so that every batch holds whole draws, got 3"):
+        _dm(tiny_corpus, cache, windows_per_draw=3)
+    with pytest.raises(ValueError, match=r"data.windows_per_draw=0 is invalid: expected an integer"):
+        _dm(tiny_corpus, cache, windows_per_draw=0)
+
+
 def test_loader_state_resumes_at_the_next_batch(prepared):
     dm, _ = prepared
     full = [b["input_ids"] for b in dm.train_dataloader()]

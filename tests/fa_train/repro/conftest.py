@@ -79,3 +79,15 @@ def make_recipe(tmp_path):
 @pytest.fixture
 def mini_recipe(make_recipe):
     return make_recipe("mini", MINI_RECIPE)
+
+
+@pytest.fixture
+def ordered(mini_recipe):
+    """The mini recipe with two claims over several rows of its table."""
+    mini_recipe.data["paper"]["claims"] = ["Flash has the lower perplexity.", "Flash is faster."]
+    mini_recipe.data["report"]["claims"] = {"rows": {
+        1: {"ours": {"table": "t", "rows": ["Flash", "Baseline"], "column": "ppl"},
+            "expect": {"equals": True}},
+        2: {"ours": {"table": "t", "rows": ["Baseline", "Flash"], "column": "speedup"},
+            "expect": {"equals": True}}}}
+    return mini_recipe

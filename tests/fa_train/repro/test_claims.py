@@ -230,18 +230,6 @@ def train(ppl, tps=1000.0, status="ok", device="H100"):
             "metrics": {"val/ppl": ppl, "tokens_per_sec_per_device": tps, "device_name": device}}
 
 
-@pytest.fixture
-def ordered(mini_recipe):
-    """The mini recipe with two claims over several rows of its table."""
-    mini_recipe.data["paper"]["claims"] = ["Flash has the lower perplexity.", "Flash is faster."]
-    mini_recipe.data["report"]["claims"] = {"rows": {
-        1: {"ours": {"table": "t", "rows": ["Flash", "Baseline"], "column": "ppl"},
-            "expect": {"equals": True}},
-        2: {"ours": {"table": "t", "rows": ["Baseline", "Flash"], "column": "speedup"},
-            "expect": {"equals": True}}}}
-    return mini_recipe
-
-
 def claim(recipe, tmp_path, runs, number):
     found = finding(make_ours(recipe, tmp_path, runs), spec(recipe, number))
     return found.text, verdict(found, recipe.report["claims"]["rows"][number]["expect"])

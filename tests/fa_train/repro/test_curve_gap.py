@@ -46,6 +46,13 @@ def test_other_curves_and_x_columns(tmp_path):
     assert our_row(ours, table, "other", ["gap"], {})["gap"] == (1.0, "")
 
 
+def test_at_the_end_the_signed_difference_at_the_last_common_point(tmp_path):
+    ours = _ours(tmp_path, {"a": "step,val/loss\n99,5.0\n199,4.0\n299,3.0\n",
+                            "b": "step,val/loss\n99,5.5\n199,3.5\n"})
+    table = {**TABLE, "columns": {"gap": {**GAP, "curve": "val/loss", "at": "end"}}}
+    assert our_row(ours, table, "other", ["gap"], {})["gap"] == (pytest.approx(-0.5), "")
+
+
 def test_no_common_points_or_run_not_done(tmp_path):
     ours = _ours(tmp_path / "x", {"a": "step,train/loss\n0,1.0\n", "b": "step,train/loss\n5,1.0\n"})
     assert _gap(ours) == (None, "no common points")
@@ -58,5 +65,8 @@ def test_recipe_check_names_a_curve_gap_without_its_baseline(tmp_path):
     data = json.loads(json.dumps(recipe.data))
     columns = data["report"]["tables"][0]["columns"]
     columns["max Δ train loss"] = {"derive": "curve_gap", "curve": "train/loss", "baseline_row": "nope"}
+    columns["final Δ val loss"] = {"derive": "curve_gap", "curve": "val/loss", "at": "last",
+                                   "baseline_row": "GPT-2 small · HuggingFace"}
     problems = validate_recipe(Recipe(recipe.path, data))
     assert any("curve_gap needs" in p for p in problems)
+    assert any("`at` must be widest or end, got 'last'" in p for p in problems)

@@ -54,6 +54,26 @@ def test_only_newer_entries_replace_and_only_filters(scratch, tmp_path):
     assert json.loads((dest / "results.json").read_text())["runs"]["fast"]["finished"].startswith("2999")
 
 
+def test_the_folder_names_the_host_of_its_latest_run(scratch, tmp_path):
+    """Folders from two hosts merged one after the other: the host line follows the run that
+    finished last, not the order of merging."""
+    dest = tmp_path / "reports"
+    later = json.loads((scratch / "results.json").read_text())
+    later["host"] = {"gpus": ["GPU B"]}
+    for name, entry in later["runs"].items():
+        entry["finished"] = "2999-01-01T00:00:00+00:00" if name == "fast" else "1999-01-01T00:00:00+00:00"
+    other = tmp_path / "host_b"
+    other.mkdir()
+    (other / "results.json").write_text(json.dumps(later))
+    merge_results(scratch, dest, only=["base"])
+    merge_results(other, dest, only=["fast"])
+    assert json.loads((dest / "results.json").read_text())["host"] == {"gpus": ["GPU B"]}
+    first = json.loads((scratch / "results.json").read_text())["host"]
+    merge_results(scratch, dest, only=["bench"])                     # finished before "fast"
+    data = json.loads((dest / "results.json").read_text())
+    assert data["host"] == {"gpus": ["GPU B"]} and first != data["host"]
+
+
 def test_bad_merges_are_named(scratch, tmp_path, capsys):
     with pytest.raises(RecipeError, match="does not hold: nope"):
         merge_results(scratch, tmp_path / "d1", only=["nope"])

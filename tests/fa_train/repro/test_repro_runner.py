@@ -211,6 +211,10 @@ def test_classify():
     assert classify(Outcome(0, ""), {"status": "paused"}, True) == ("paused", None)
     assert classify(Outcome(0, ""), {"status": "diverged", "error": "training diverged by step 50"},
                     True) == ("diverged", "training diverged by step 50")
+    # stopped from outside after pausing: failed, and the error says by what and how far it got
+    assert classify(Outcome(-15, "[fa-train]   run/loss_curve.png"), {"status": "paused"}, True) == \
+        ("failed", "stopped by SIGTERM after writing metrics.json with status 'paused'")
+    assert classify(Outcome(-15, "step 3"), {}, False) == ("failed", "stopped by SIGTERM")
 
 
 def test_a_scratch_folder_says_which_runs_the_reports_folder_records(mini_recipe, tmp_path,

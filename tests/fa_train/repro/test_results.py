@@ -145,7 +145,7 @@ def gpt2(ppl, tps):
 def test_lm_sections_say_not_run_yet_before_their_runs(tmp_path, monkeypatch):
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
-    for name, n in (("table4_gpt2_context", 4), ("table2_gpt2", 2), ("table1_bert", 4)):
+    for name, n in (("table4_gpt2_context", 6), ("table2_gpt2", 2), ("table1_bert", 4)):
         lines = results.scale_runs(name, "Runs", ("tokens",))
         assert lines[1] == (f"Runs (recipe {name}): not run yet at the gpu scale ({n} runs; their "
                             f"GPU time: `scales.gpu.hardware` of `recipes/{name}.yaml`).")
@@ -184,6 +184,22 @@ def test_table4_section_rows_and_claims_from_the_gpu_results(tmp_path, monkeypat
                for line in lines)
 
 
+def test_table4_lag_sentence_reads_the_gap_columns(tmp_path, monkeypatch):
+    """Each longer context against the next shorter one, at the widest and at the end, from the
+    runs' validation curves over tokens seen."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    assert results.context_lag() == []
+    curve = "step,tokens_seen,val/loss\n99,100,{}\n199,200,{}\n"
+    lm_results(tmp_path, "table4_gpt2_context",
+               {n: gpt2(40.0, 1.0) for n in ("flash-1k", "flash-2k", "flash-4k")},
+               {"flash-1k": curve.format(5.0, 3.0), "flash-2k": curve.format(5.5, 3.1),
+                "flash-4k": curve.format(5.6, 3.5)})
+    line = results.context_lag()[1]
+    assert ("2K minus 1K: 0.500 nats at the widest, 0.100 at the end; 4K minus 2K: 0.400 nats at "
+            "the widest, 0.400 at the end.") in line
+
+
 @pytest.mark.parametrize("gap, verdict", [(0.03, "holds"), (0.08, "does not hold")])
 def test_table2_claim_is_the_largest_validation_loss_gap(tmp_path, monkeypatch, gap, verdict):
     from fa_train.repro import results
@@ -210,3 +226,26 @@ def test_table1_claim_is_flash_before_standard_to_the_threshold(tmp_path, monkey
     assert "| base-standard-compiled | standard | yes | not run yet | – | – |" in lines
     assert any(line.endswith("| BERT-base · standard (ours only): 1.00 < BERT-base · flash "
                              "(ours only): 1.25 | holds |") for line in lines)      # 10 / 8 min
+
+
+def test_glance_tallies_the_papers_claims(ordered, tmp_path, monkeypatch):
+    """The claims column counts the verdicts of the claims table at the gpu scale."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    cell = {"row": "Baseline", "column": "ppl"}
+    ordered.data["report"]["glance"] = {"paper": cell, "ours": cell}
+    assert "| not run yet | 2 claims, not run yet |" in results._glance_row(ordered)
+
+    def write(fast_status):
+        out = tmp_path / "reports" / "mini" / "gpu"
+        out.mkdir(parents=True, exist_ok=True)
+        runs = {name: {"kind": "train", "run_dir": name, "status": status,
+                       "metrics": {"val/ppl": ppl, "tokens_per_sec_per_device": tps,
+                                   "device_name": "H100"}}
+                for name, ppl, tps, status in (("base", 30.0, 1000.0, "ok"),
+                                               ("fast", 25.5, 900.0, fast_status))}
+        (out / "results.json").write_text(json.dumps({"updated": "2026-01-02", "runs": runs}))
+        return results._glance_row(ordered)
+
+    assert "| 1 of 2 hold, 1 does not (gpu) |" in write("ok")
+    assert "| 0 of 2 hold, 2 not measured yet (gpu) |" in write("paused")
