@@ -437,9 +437,12 @@ def _glance_row(recipe) -> str:
     table = recipe.report["tables"][spec.get("table", 0)]
     ptable = recipe.paper["tables"][table["paper_table"]]
     units = ptable.get("units") or {}
-    prow, pcol = spec["paper"]["row"], spec["paper"]["column"]
-    pval = ptable["rows"][prow][list(ptable["columns"]).index(pcol)]
-    paper = f"{prow}, {pcol}: {MISSING if pval is None else pval}{_unit(units.get(pcol))}"
+    prows, pcol = spec["paper"]["row"], spec["paper"]["column"]
+    prows = prows if isinstance(prows, list) else [prows]   # several: a trend across rows
+    pvals = [ptable["rows"][r][list(ptable["columns"]).index(pcol)] for r in prows]
+    plabel = spec["paper"].get("label") or " / ".join(prows)
+    paper = (f"{plabel}, {pcol}: {' / '.join(MISSING if v is None else str(v) for v in pvals)}"
+             f"{_unit(units.get(pcol))}")
     orows, ocol = spec["ours"]["row"], spec["ours"]["column"]
     orows = orows if isinstance(orows, list) else [orows]  # several: runs that split, side by side
     columns = table_columns(recipe, table)

@@ -43,8 +43,11 @@ def test_glance_has_one_row_per_recipe_with_the_papers_number():
     for row, recipe in zip(rows, recipes):
         spec = recipe.report["glance"]
         table = recipe.paper["tables"][recipe.report["tables"][0]["paper_table"]]
-        paper = table["rows"][spec["paper"]["row"]][list(table["columns"]).index(spec["paper"]["column"])]
-        assert f"{spec['paper']['row']}, {spec['paper']['column']}: {paper}" in row
+        rows_ = spec["paper"]["row"] if isinstance(spec["paper"]["row"], list) else [spec["paper"]["row"]]
+        paper = " / ".join(str(table["rows"][r][list(table["columns"]).index(spec["paper"]["column"])])
+                           for r in rows_)
+        label = spec["paper"].get("label") or " / ".join(rows_)
+        assert f"{label}, {spec['paper']['column']}: {paper}" in row
         assert f"reports/{recipe.name}/" in row or "not run yet" in row
 
 
