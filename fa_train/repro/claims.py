@@ -275,10 +275,22 @@ DERIVES = {"crossover": crossover, "fastest": fastest, "oom": oom}
 
 
 def finding(ours: Ours, spec: dict[str, Any]) -> Finding:
-    """A claim row's `ours`: a table cell or a derive kind, once all the runs it reads finished."""
+    """A claim row's `ours`: a table cell or a derive kind, once all the runs it reads finished;
+    a table cell whose metric is measured while training (`so_far`) also from paused runs."""
     if "table" in spec:
-        return unfinished(ours, table_runs(ours, spec)) or table_cell(ours, spec)
+        runs = table_runs(ours, spec)
+        if _so_far(ours.recipe, spec):
+            runs = [run for run in runs if ours.status(run) != "paused"]
+        return unfinished(ours, runs) or table_cell(ours, spec)
     return unfinished(ours, claim_runs(spec)) or DERIVES[spec["derive"]](ours, spec)
+
+
+def _so_far(recipe: Recipe, spec: dict[str, Any]) -> bool:
+    """Whether the metric a table claim's column reads (directly or through a derive) is marked
+    `so_far`."""
+    table, _ = report_table(recipe, spec["table"])
+    col_spec = (table.get("columns") or {}).get(spec["column"]) or {}
+    return bool((recipe.metrics.get(col_spec.get("metric")) or {}).get("so_far"))
 
 
 def verdict(found: Finding, expect: dict[str, Any] | None) -> str:

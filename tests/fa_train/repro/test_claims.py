@@ -255,6 +255,18 @@ def test_claim_over_rows_without_every_value_has_no_verdict(ordered, tmp_path):
     assert claim(ordered, tmp_path, {}, 1) == ("not run yet", "–")
 
 
+def test_a_claim_on_a_metric_measured_while_training_reads_paused_runs(ordered, tmp_path):
+    """Throughput marked so_far: a paused run's tokens/s judges the speed claim; perplexity (not
+    so_far) still waits for the run to finish."""
+    runs = {"base": train(30.0, 1000.0, status="paused"), "fast": train(25.5, 2500.0)}
+    assert claim(ordered, tmp_path, runs, 2) == ("base: paused", "–")
+    ordered.metrics["tps"]["so_far"] = True
+    assert claim(ordered, tmp_path, runs, 2) == ("Baseline: 1.00× < Flash: 2.50×", "holds")
+    assert claim(ordered, tmp_path, runs, 1) == ("base: paused", "–")
+    runs["base"]["status"] = "failed"                      # a failed run's numbers are not read
+    assert claim(ordered, tmp_path, runs, 2) == ("base: failed", "–")
+
+
 def test_claim_on_a_ratio_cell_waits_for_its_baseline_run(ordered, tmp_path):
     """A single cell's claim reads its row's baseline too: not run yet, not the ratio's n/a."""
     cell = {"table": "t", "row": "Flash", "column": "speedup"}

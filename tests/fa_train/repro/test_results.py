@@ -208,12 +208,12 @@ def test_table2_claim_is_the_largest_validation_loss_gap(tmp_path, monkeypatch, 
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
     loss = {"val/ppl": 50.0, "loss_end": 3.9}
-    lm_results(tmp_path, "table2_gpt2", {"small-standard": loss, "small-flash": loss}, {
-        "small-standard": "step,val/loss\n100,5.0\n200,4.5\n300,4.0\n",
+    lm_results(tmp_path, "table2_gpt2", {"small-standard-compiled": loss, "small-flash": loss}, {
+        "small-standard-compiled": "step,val/loss\n100,5.0\n200,4.5\n300,4.0\n",
         "small-flash": f"step,val/loss\n100,5.01\n200,{4.5 + gap}\n300,3.99\n"})
     lines = results.scale_runs("table2_gpt2", "GPT-2", ("ppl", "loss_end"))
-    assert ("| small-standard | standard | no | 50.00 | 3.900 | NVIDIA H100 80GB HBM3 | "
-            "2026-12-01 |") in lines
+    assert ("| small-standard-compiled | standard, compiled | yes | 50.00 | 3.900 | "
+            "NVIDIA H100 80GB HBM3 | 2026-12-01 |") in lines
     assert any(line.startswith("| 1 | ") and line.endswith(f"| {gap:.3f} | {verdict} |")
                for line in lines)
 
