@@ -268,8 +268,11 @@ def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tup
     if outcome.returncode in (-9, 137) and not has_result:
         return "oom", "killed (SIGKILL: most likely the host ran out of memory)"
     if outcome.returncode < 0:   # stopped from outside: its last line says nothing about why
+        stopped = f"stopped by {signal_name(-outcome.returncode)}"
+        if reported in ("ok", "paused"):   # metrics.json is the run's last write (after the
+            return reported, f"{stopped} on its way out, after writing its results"   # checkpoint)
         said = f" after writing metrics.json with status {reported!r}" if reported else ""
-        return "failed", f"stopped by {signal_name(-outcome.returncode)}{said}"
+        return "failed", stopped + said
     if outcome.returncode != 0:
         return "failed", _error_line(outcome.output) or f"exit status {outcome.returncode}"
     if reported == "paused":

@@ -211,9 +211,13 @@ def test_classify():
     assert classify(Outcome(0, ""), {"status": "paused"}, True) == ("paused", None)
     assert classify(Outcome(0, ""), {"status": "diverged", "error": "training diverged by step 50"},
                     True) == ("diverged", "training diverged by step 50")
-    # stopped from outside after pausing: failed, and the error says by what and how far it got
-    assert classify(Outcome(-15, "[fa-train]   run/loss_curve.png"), {"status": "paused"}, True) == \
-        ("failed", "stopped by SIGTERM after writing metrics.json with status 'paused'")
+    # stopped from outside: the error says by what; after metrics.json (the run's last write,
+    # after its checkpoint) the run keeps the status it recorded, so a paused one can continue
+    stopped = "stopped by SIGTERM on its way out, after writing its results"
+    assert classify(Outcome(-15, "[fa-train]   x"), {"status": "paused"}, True) == ("paused", stopped)
+    assert classify(Outcome(-15, "[fa-train]   x"), {"status": "ok"}, True) == ("ok", stopped)
+    assert classify(Outcome(-15, "x"), {"status": "failed"}, True) == \
+        ("failed", "stopped by SIGTERM after writing metrics.json with status 'failed'")
     assert classify(Outcome(-15, "step 3"), {}, False) == ("failed", "stopped by SIGTERM")
 
 
