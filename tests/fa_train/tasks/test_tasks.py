@@ -96,6 +96,40 @@ def test_lm_task_learns_and_logs_ppl():
     assert task.tokens_seen == 30 * 8 * 16
 
 
+def test_loss_by_position_buckets_each_tokens_loss_by_its_position():
+    """Logits that predict the label with certainty from position 6 on, uniformly before it: the
+    buckets 0-1, 1-2, 2-4 and 4-8 (half certain) and 8-12 hold log(V), log(V), log(V), log(V)/2, 0;
+    ignored labels count nowhere."""
+    task = LanguageModelingTask(GPT(vocab_size=8, max_seq_len=12, n_layer=1, n_head=1, d_model=8),
+                                loss_by_position=True)
+    y = torch.randint(0, 8, (3, 12))
+    logits = torch.zeros(3, 12, 8)
+    logits[:, 6:].scatter_(2, y[:, 6:, None], 1e4)
+    y[0, 0] = -100
+    loss = task._loss_by_position("val", logits, y)
+    sums, length = task._position_sums["val"]
+    assert length == 12 and sums[1].tolist() == [2, 3, 6, 12, 12]
+    v = math.log(8)
+    assert (sums[0] / sums[1]).tolist() == pytest.approx([v, v, v, v / 2, 0.0], abs=1e-5)
+    assert float(loss) == pytest.approx((2 + 3 + 6 + 6) * v / 35, rel=1e-5)
+
+
+def test_lm_task_logs_the_loss_by_position_in_the_window():
+    """Through a fit: one key per bucket, and their token-weighted mean is the validation loss."""
+    torch.manual_seed(0)
+    dm = FakeLMDataModule(batch_size=8, seq_len=12, vocab_size=32, n_train=256)
+    model = GPT(vocab_size=32, max_seq_len=12, n_layer=1, n_head=2, d_model=32, dropout=0.0,
+                attention="sdpa")
+    task = LanguageModelingTask(model, optimizer={"name": "adamw", "lr": 1e-2},
+                                scheduler={"name": "cosine", "warmup_steps": 5}, loss_by_position=True)
+    m = _fit(task, dm, steps=30).callback_metrics
+    spans = {"0-1": 1, "1-2": 1, "2-4": 2, "4-8": 4, "8-12": 4}
+    assert {k for k in m if k.startswith("val/loss_pos")} == {f"val/loss_pos{s}" for s in spans}
+    mean = sum(float(m[f"val/loss_pos{s}"]) * n for s, n in spans.items()) / 12
+    assert float(m["val/loss"]) == pytest.approx(mean, rel=1e-4)
+    assert float(m["val/ppl"]) == pytest.approx(math.exp(mean), rel=1e-4)
+
+
 def test_compile_mode_is_checked_and_reaches_torch_compile(monkeypatch):
     model = GPT(vocab_size=32, max_seq_len=16, n_layer=1, n_head=2, d_model=32, attention="sdpa")
     with pytest.raises(ValueError, match="compile_mode"):
