@@ -82,15 +82,19 @@ def _fit(task, dm, steps=30, **kw):
     return trainer
 
 
-def test_lm_task_learns_and_logs_ppl():
+def _fit_counting_lm(seq_len, **task_kw):
+    """A one-layer GPT fitted 30 steps on counting sequences: (task, its trainer's metrics)."""
     torch.manual_seed(0)
-    dm = FakeLMDataModule(batch_size=8, seq_len=16, vocab_size=32, n_train=256)
-    model = GPT(vocab_size=32, max_seq_len=16, n_layer=1, n_head=2, d_model=32, dropout=0.0,
+    dm = FakeLMDataModule(batch_size=8, seq_len=seq_len, vocab_size=32, n_train=256)
+    model = GPT(vocab_size=32, max_seq_len=seq_len, n_layer=1, n_head=2, d_model=32, dropout=0.0,
                 attention="sdpa")
     task = LanguageModelingTask(model, optimizer={"name": "adamw", "lr": 1e-2},
-                                scheduler={"name": "cosine", "warmup_steps": 5})
-    t = _fit(task, dm, steps=30)
-    m = t.callback_metrics
+                                scheduler={"name": "cosine", "warmup_steps": 5}, **task_kw)
+    return task, _fit(task, dm, steps=30).callback_metrics
+
+
+def test_lm_task_learns_and_logs_ppl():
+    task, m = _fit_counting_lm(16)
     assert m["val/ppl"] == pytest.approx(math.exp(float(m["val/loss"])), rel=1e-4)
     assert float(m["val/loss"]) < math.log(32) * 0.8
     assert task.tokens_seen == 30 * 8 * 16
@@ -116,13 +120,7 @@ def test_loss_by_position_buckets_each_tokens_loss_by_its_position():
 
 def test_lm_task_logs_the_loss_by_position_in_the_window():
     """Through a fit: one key per bucket, and their token-weighted mean is the validation loss."""
-    torch.manual_seed(0)
-    dm = FakeLMDataModule(batch_size=8, seq_len=12, vocab_size=32, n_train=256)
-    model = GPT(vocab_size=32, max_seq_len=12, n_layer=1, n_head=2, d_model=32, dropout=0.0,
-                attention="sdpa")
-    task = LanguageModelingTask(model, optimizer={"name": "adamw", "lr": 1e-2},
-                                scheduler={"name": "cosine", "warmup_steps": 5}, loss_by_position=True)
-    m = _fit(task, dm, steps=30).callback_metrics
+    _, m = _fit_counting_lm(12, loss_by_position=True)
     spans = {"0-1": 1, "1-2": 1, "2-4": 2, "4-8": 4, "8-12": 4}
     assert {k for k in m if k.startswith("val/loss_pos")} == {f"val/loss_pos{s}" for s in spans}
     mean = sum(float(m[f"val/loss_pos{s}"]) * n for s, n in spans.items()) / 12
