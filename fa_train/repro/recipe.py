@@ -52,6 +52,7 @@ RUN_KEYS = {"name", "kind", "experiment", "overrides", "subcommand", "args", "la
             "init_from"}
 PAPER_REQUIRED = ("source", "label", "hardware", "tables")
 CLAIM_DERIVES = ("crossover", "fastest", "oom")          # report.claims: fa_train.repro.claims
+PLOT_TYPES = ("loss", "train_xy", "bench_xy", "by_position")   # report.plots: fa_train.repro.report
 CLAIM_EXPECTS = ("at_least", "at_most", "between", "equals")
 
 
@@ -372,6 +373,9 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                 p.append(f"report.tables[{i}].columns.{col}: curve_gap's `at` must be widest or end, "
                          f"got {spec['at']!r}")
     for i, plot in enumerate((d["report"] or {}).get("plots") or []):
+        if plot.get("type") not in PLOT_TYPES:
+            p.append(f"report.plots[{i}]: type must be one of {', '.join(PLOT_TYPES)}, got "
+                     f"{plot.get('type')!r}")
         for key in ("y",):
             if plot.get(key) and plot[key] not in metric_names and plot.get("type") != "loss":
                 p.append(f"report.plots[{i}]: unknown metric {plot[key]!r}")

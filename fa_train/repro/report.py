@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -607,6 +608,29 @@ def plot_train_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
                    _metric_label(ours.recipe, plot["y"]))
 
 
+POSITION_KEY = re.compile(r"^(?P<stage>\w+)/loss_pos(?P<lo>\d+)-(?P<hi>\d+)$")
+
+
+def plot_by_position(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
+    """One line per run of `runs` (default: all that logged it): its last loss by position in the
+    window (`stage`/loss_pos<lo>-<hi>, stage val by default) against the bucket's last position,
+    on a log axis."""
+    stage = plot.get("stage", "val")
+    series: dict[str, list[tuple[float, float]]] = {}
+    for run in plot.get("runs") or ours.recipe.run_names():
+        entry = ours.runs.get(run) or {}
+        if entry.get("status") not in ("ok", "paused"):
+            continue
+        for key, value in (entry.get("metrics") or {}).items():
+            m = POSITION_KEY.match(key)
+            if m and m["stage"] == stage and isinstance(value, (int, float)):
+                label = run + (" (paused: so far)" if entry["status"] == "paused" else "")
+                series.setdefault(label, []).append((float(m["hi"]), float(value)))
+    return plot_xy(series, {"logx": True, **plot}, path,
+                   plot.get("xlabel", "position in the window (end of each bucket)"),
+                   plot.get("ylabel", f"{stage} loss at those positions (nats)"))
+
+
 def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
     """Metric `y` against record field `x`: one line per value of record field `group` of `run`
     (records matching `where`), or of several runs at once, each a side ``{run, where, label,
@@ -635,7 +659,8 @@ def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
     return plot_xy(series, plot, path, plot.get("xlabel", plot["x"]), ylabel, styles)
 
 
-PLOTTERS = {"loss": plot_loss, "train_xy": plot_train_xy, "bench_xy": plot_bench_xy}
+PLOTTERS = {"loss": plot_loss, "train_xy": plot_train_xy, "bench_xy": plot_bench_xy,
+            "by_position": plot_by_position}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """report.md and PNGs rendered from fixture result files (no training)."""
 import json
 
-from fa_train.repro.recipe import validate_recipe
+from fa_train.repro.recipe import PLOT_TYPES, validate_recipe
 from fa_train.repro.report import Ours, render_report, row_order
 
 
@@ -196,3 +196,25 @@ def test_one_bench_plot_draws_several_runs_per_sequence(mini_recipe, tmp_path, m
     assert lines == {"standard (OOM from seqlen 512)": [8.0 / 128, 16.0 / 64],
                      "block-sparse": [8.0 / 512, 16.0 / 256]}
     assert kept[0].axes[0].get_ylabel() == "ms (ms) / batch"
+
+
+def test_loss_by_position_plot_draws_runs_that_logged_it(mini_recipe, tmp_path, monkeypatch):
+    """One line per run from its last val/loss_pos<lo>-<hi> values, x at each bucket's end; runs
+    without them are left out; an unknown plot type is named by the recipe check."""
+    from fa_train.repro import report
+    out = tmp_path / "reports"
+    base, _ = train_entry("base", 30.0, 1000.0, None)
+    base["metrics"].update({"val/loss_pos0-1": 7.0, "val/loss_pos1-2": 5.0, "val/loss_pos2-4": 4.0,
+                            "test/loss_pos0-1": 9.0})
+    fast, _ = train_entry("fast", 30.0, 1000.0, None)
+    write_results(out, {"base": base, "fast": fast})
+    drawn = {}
+    monkeypatch.setattr(report, "plot_xy", lambda series, plot, path, xlabel, ylabel, styles=None:
+                        drawn.update(series=series, logx=plot["logx"]) or list(series))
+    plot = {"type": "by_position", "title": "by position", "file": "pos.png"}
+    assert report.plot_by_position(Ours(mini_recipe, out), plot, out / "pos.png") == ["base"]
+    assert sorted(drawn["series"]["base"]) == [(1.0, 7.0), (2.0, 5.0), (4.0, 4.0)] and drawn["logx"]
+    mini_recipe.data["report"]["plots"].append({"type": "by_postion", "title": "typo"})
+    assert any("type must be one of loss, train_xy, bench_xy, by_position, got 'by_postion'" in p
+               for p in validate_recipe(mini_recipe))
+    assert set(report.PLOTTERS) == set(PLOT_TYPES)
