@@ -25,8 +25,8 @@ class LanguageModelingTask(TaskModule):
         super().__init__(*args, **kwargs)
         self.loss_by_position = bool(loss_by_position)
         self._eval_sums: dict[str, list[float]] = {}
-        self._position_sums: dict[str, tuple[torch.Tensor, int]] = {}  # stage -> ((2, buckets): loss
-        # sum and count, the window length)
+        # stage -> (loss sum and token count per position bucket (2, buckets), window length)
+        self._position_sums: dict[str, tuple[torch.Tensor, int]] = {}
 
     def step(self, batch, stage):
         x = batch_get(batch, "input_ids", "x", index=0)
