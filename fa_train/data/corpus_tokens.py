@@ -73,9 +73,12 @@ def token_stats(corpus_files: dict[str, Path], lm_dir: Path) -> dict:
             "document_length": length_summary(np.concatenate(everything))}
 
 
+ARRAY_SUFFIXES = (".bin", ".npy")   # a tokenized cache's arrays: what a pack compresses
+
+
 def data_files(lm_dir: Path) -> list[Path]:
-    """The arrays of a tokenized cache folder (``*.bin``, ``*.npy``): what a pack compresses."""
-    return sorted(p for p in Path(lm_dir).iterdir() if p.suffix in (".bin", ".npy"))
+    """The arrays of a tokenized cache folder (ARRAY_SUFFIXES)."""
+    return sorted(p for p in Path(lm_dir).iterdir() if p.suffix in ARRAY_SUFFIXES)
 
 
 def pack(lm_dir: Path, manifest: Path, out: Path, preset: int = 6) -> dict:
@@ -120,7 +123,7 @@ def unpack(pack_dir: Path, cache_dir: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for name in files:
-        src = pack_dir / (name + ".xz" if name.endswith((".bin", ".npy")) else name)
+        src = pack_dir / (name + ".xz" if name.endswith(ARRAY_SUFFIXES) else name)
         try:
             with (lzma.open(src, "rb") if src.suffix == ".xz" else open(src, "rb")) as f, open(tmp / name, "wb") as g:
                 shutil.copyfileobj(f, g, 1 << 22)

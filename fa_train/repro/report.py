@@ -621,10 +621,10 @@ def plot_by_position(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
         entry = ours.runs.get(run) or {}
         if entry.get("status") not in ("ok", "paused"):
             continue
+        label = run + (" (paused: so far)" if entry["status"] == "paused" else "")
         for key, value in (entry.get("metrics") or {}).items():
             m = POSITION_KEY.match(key)
             if m and m["stage"] == stage and isinstance(value, (int, float)):
-                label = run + (" (paused: so far)" if entry["status"] == "paused" else "")
                 series.setdefault(label, []).append((float(m["hi"]), float(value)))
     return plot_xy(series, {"logx": True, **plot}, path,
                    plot.get("xlabel", "position in the window (end of each bucket)"),

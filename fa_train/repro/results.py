@@ -483,8 +483,8 @@ def _claims_tally(recipe) -> str:
     from fa_train.repro.report import MISSING, Ours
     if not recipe.report.get("claims") or not recipe.paper.get("claims"):
         return MISSING
-    scale = next((s for s in ("full", "gpu")
-                  if (ROOT / "reports" / recipe.name / s / "results.json").is_file()), None)
+    scale = next((s for s in SCALE_ORDER if s != "smoke"
+                  and (ROOT / "reports" / recipe.name / s / "results.json").is_file()), None)
     n = len(recipe.paper["claims"])
     if scale is None:
         return f"{n} claim{'s' * (n != 1)}, not run yet"

@@ -269,8 +269,9 @@ def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tup
         return "oom", "killed (SIGKILL: most likely the host ran out of memory)"
     if outcome.returncode < 0:   # stopped from outside: its last line says nothing about why
         stopped = f"stopped by {signal_name(-outcome.returncode)}"
-        if reported in ("ok", "paused"):   # metrics.json is the run's last write (after the
-            return reported, f"{stopped} on its way out, after writing its results"   # checkpoint)
+        # metrics.json is the run's last write (after its checkpoint): the run itself finished
+        if reported in ("ok", "paused"):
+            return reported, f"{stopped} on its way out, after writing its results"
         said = f" after writing metrics.json with status {reported!r}" if reported else ""
         return "failed", stopped + said
     if outcome.returncode != 0:
