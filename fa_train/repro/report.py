@@ -320,7 +320,7 @@ def _ratio(ours, table, row, col, spec, cells, columns):
     one per task) it is the mean over the columns in `of` where both runs have the metric."""
     baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
     base_cells = _cells((table.get("rows") or {}).get(baseline), columns)
-    ratios, other_gpu = [], False
+    ratios, other_gpu, why = [], False, "n/a"
     for c in spec.get("of") or [col]:
         mine, base = cells.get(c), base_cells.get(c)
         if not mine or not base:
@@ -328,12 +328,14 @@ def _ratio(ours, table, row, col, spec, cells, columns):
         if len(_cell_devices(ours, mine) | _cell_devices(ours, base)) > 1:
             other_gpu = True          # a ratio of two GPUs' speeds measures the GPUs
             continue
-        a = cell_value(ours, mine, spec["metric"])[0]
+        a, a_why = cell_value(ours, mine, spec["metric"])
         b = cell_value(ours, base, spec["metric"])[0]
         if a and b:
             ratios.append(b / a if spec.get("lower_is_better") else a / b)
+        elif a is None and all(ours.status(run) == "ok" for run in cell_runs(mine)):
+            why = a_why               # a finished run without the value says why (not reached)
     if not ratios:
-        return None, "baseline on another GPU" if other_gpu else "n/a"
+        return None, "baseline on another GPU" if other_gpu else why
     return sum(ratios) / len(ratios), ""
 
 

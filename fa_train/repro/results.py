@@ -230,7 +230,46 @@ def context_lag() -> list[str]:
             f"(`reports/{recipe.name}/gpu/report.md`, columns Δ val loss; positive: the longer "
             "context is worse): " + "; ".join(parts) + ". A gap that peaked and then narrowed is a "
             "longer context that learned later and was catching up when the runs ended; the plot "
-            "`val_loss_vs_tokens.png` shows the curves."]
+            "`val_loss_vs_tokens.png` shows the curves."] + context_draws(ours)
+
+
+def context_draws(ours) -> list[str]:
+    """Table 4's 4K-draws runs read by the rule their recipe fixed before they ran: a final
+    validation loss nearer flash-4k's than its own context's means fewer spans per step explain
+    most of the lag; nearer its own context's, the context length does. With the loss by position
+    in the window, which shows how much of its context a model uses."""
+    def val(run, key="val/loss"):
+        entry = ours.runs.get(run) or {}
+        return (entry.get("metrics") or {}).get(key) if entry.get("status") == "ok" else None
+
+    parts, positions = [], []
+    for context in ("1k", "2k"):
+        draws, own, far = val(f"flash-{context}-draws4k"), val(f"flash-{context}"), val("flash-4k")
+        if None in (draws, own, far):
+            continue
+        nearer = ("flash-4k's (fewer spans per step explain most of the lag)"
+                  if abs(draws - far) < abs(draws - own) else
+                  f"flash-{context}'s (the context length explains most of the lag)")
+        parts.append(f"flash-{context}-draws4k {draws:.3f} between flash-{context} {own:.3f} and "
+                     f"flash-4k {far:.3f}, {(draws - own) / (far - own):.0%} of the way, nearer "
+                     f"{nearer}")
+        metrics = ours.runs[f"flash-{context}-draws4k"]["metrics"]
+        buckets = sorted((int(k.split("pos")[1].split("-")[0]), k.split("pos")[1], v)
+                         for k, v in metrics.items() if k.startswith("val/loss_pos"))
+        if buckets:
+            positions.append(f"flash-{context}-draws4k " + ", ".join(
+                f"{span} {v:.3f}" for start, span, v in buckets if start >= 128))
+    if not parts:
+        return []
+    lines = ["", "Spans per step or context length (the 4K-draws runs train at 1K and 2K on 4K "
+             "draws cut into consecutive windows, 16 spans per step like flash-4k; the rule fixed "
+             "in the recipe before they ran names the nearer run's explanation): final validation "
+             "loss " + "; ".join(parts) + "."]
+    if positions:
+        lines[-1] += (" Validation loss by position in the window (val/loss_pos*, from position "
+                      "128): " + "; ".join(positions) + "; the plot `val_loss_by_position.png` "
+                      "shows every bucket.")
+    return lines
 
 
 def bare_model():

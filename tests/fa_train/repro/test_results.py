@@ -203,6 +203,25 @@ def test_table4_lag_sentence_reads_the_gap_columns(tmp_path, monkeypatch):
             "the widest, 0.400 at the end.") in line
 
 
+@pytest.mark.parametrize("draws, nearer", [(2.6, "flash-1k's (the context length"),
+                                           (2.8, "flash-4k's (fewer spans per step")])
+def test_table4_draws_sentence_applies_the_recipe_rule(tmp_path, monkeypatch, draws, nearer):
+    """A 4K-draws run's final validation loss placed between its own context's and flash-4k's,
+    the nearer one naming the explanation; its loss by position from position 128."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    runs = {n: {**gpt2(40.0, 1.0), "val/loss": v}
+            for n, v in (("flash-1k", 2.5), ("flash-2k", 2.6), ("flash-4k", 2.9))}
+    runs["flash-1k-draws4k"] = {**gpt2(40.0, 1.0), "val/loss": draws, "val/loss_pos0-1": 5.0,
+                                "val/loss_pos512-1024": 2.55, "val/loss_pos128-256": 2.7}
+    lm_results(tmp_path, "table4_gpt2_context", runs)
+    line = results.context_lag()[-1]
+    assert f"flash-1k-draws4k {draws:.3f} between flash-1k 2.500 and flash-4k 2.900" in line
+    assert f"nearer {nearer}" in line
+    assert "flash-2k-draws4k" not in line.split("by position")[0]          # not run: no sentence
+    assert "flash-1k-draws4k 128-256 2.700, 512-1024 2.550;" in line
+
+
 @pytest.mark.parametrize("gap, verdict", [(0.03, "holds"), (0.08, "does not hold")])
 def test_table2_claim_is_the_largest_validation_loss_gap(tmp_path, monkeypatch, gap, verdict):
     from fa_train.repro import results

@@ -47,3 +47,22 @@ def test_paused_runs_give_only_metrics_measured_so_far(tmp_path):
     assert so_far.cell("a", "tokens_per_s") == (1000.0, "")
     early = _ours(tmp_path / "early", "step,time/train_s,val/acc\n249,15.5,0.17\n", "paused", True)
     assert early.cell("a", "to35") == (None, "not reached (paused)")
+
+
+def test_a_ratio_of_times_to_reach_says_a_finished_run_never_reached(tmp_path):
+    """The speedup to a level of a run that finished without reaching it reads "not reached"."""
+    from fa_train.repro.report import _ratio
+    recipe = Recipe(tmp_path / "r.yaml", {"name": "r", "metrics": {"to35": {"reach": REACH}},
+                                          "runs": [{"name": "base"}, {"name": "slow"}]})
+    (tmp_path / "results.json").write_text(json.dumps({"runs": {
+        name: {"status": "ok", "kind": "train", "run_dir": name, "metrics": {}}
+        for name in ("base", "slow")}}))
+    for name, acc in (("base", 0.4), ("slow", 0.2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.csv").write_text(f"step,time/train_s,val/acc\n99,10.0,{acc}\n")
+    table = {"rows": {"Base": {"t": {"run": "base"}}, "Slow": {"t": {"run": "slow"}}}}
+    spec = {"metric": "to35", "baseline_row": "Base", "lower_is_better": True}
+    ours = Ours(recipe, tmp_path)
+    assert _ratio(ours, table, "Slow", "t", spec, {"t": {"run": "slow"}}, ["t"]) == \
+        (None, "not reached")
+    assert _ratio(ours, table, "Base", "t", spec, {"t": {"run": "base"}}, ["t"]) == (1.0, "")
