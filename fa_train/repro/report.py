@@ -185,9 +185,10 @@ class Ours:
                     (None, "not reached"))
 
     def curve(self, run: str, key: str, x_key: str = "step") -> dict[float, float]:
-        """{x: value} of column `key` of the run's metrics.csv (empty unless the run is ok)."""
+        """{x: value} of column `key` of the run's metrics.csv (up to the pause for a paused run;
+        empty for the others that are not ok)."""
         entry = self.runs.get(run) or {}
-        if entry.get("status") != "ok":
+        if entry.get("status") not in ("ok", "paused"):
             return {}
         xs, ys = read_loss_csv(self.out_dir / entry.get("run_dir", run) / "metrics.csv", [key], x_key)
         return dict(zip(xs, ys))
@@ -347,7 +348,8 @@ def _curve_gap(ours, table, row, col, spec, cells, columns):
     """The largest |curve(row) - curve(baseline row)| over the x values (steps by default) that
     both runs logged: how far apart two runs of the same data order ever were, e.g. in training
     loss; with `at: end`, curve(row) - curve(baseline row) at the last x both logged. The baseline
-    row is `baseline_rows[row]`, else `baseline_row`."""
+    row is `baseline_rows[row]`, else `baseline_row`; `scale` multiplies the difference (100:
+    accuracy in points). A paused run counts up to its pause, and the cell says so."""
     mine = cells.get(col)
     baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
     base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
@@ -359,9 +361,11 @@ def _curve_gap(ours, table, row, col, spec, cells, columns):
     if not common:
         status = next((ours.status(c["run"]) for c in (mine, base) if ours.status(c["run"]) != "ok"), "ok")
         return None, "no common points" if status == "ok" else status
+    paused = "paused" if "paused" in (ours.status(mine["run"]), ours.status(base["run"])) else ""
+    scale = float(spec.get("scale", 1.0))
     if spec.get("at") == "end":
-        return a[max(common)] - b[max(common)], ""
-    return max(abs(a[x] - b[x]) for x in common), ""
+        return scale * (a[max(common)] - b[max(common)]), paused
+    return scale * max(abs(a[x] - b[x]) for x in common), paused
 
 
 def record_ratio(ours: Ours, spec: dict[str, Any]) -> tuple[float | None, str]:

@@ -60,6 +60,14 @@ def test_no_common_points_or_run_not_done(tmp_path):
     assert _gap(ours) == (None, "failed")
 
 
+def test_a_paused_run_counts_up_to_its_pause_and_scale_gives_points(tmp_path):
+    ours = _ours(tmp_path, {"a": "step,val/acc\n99,0.10\n199,0.20\n299,0.30\n",
+                            "b": "step,val/acc\n99,0.11\n199,0.23\n"}, "paused")
+    table = {**TABLE, "columns": {"gap": {**GAP, "curve": "val/acc", "scale": 100}}}
+    value, why = our_row(ours, table, "other", ["gap"], {})["gap"]
+    assert why == "paused" and value == pytest.approx(3.0)
+
+
 def test_recipe_check_names_a_curve_gap_without_its_baseline(tmp_path):
     recipe = load_recipe("table2_gpt2")
     data = json.loads(json.dumps(recipe.data))
