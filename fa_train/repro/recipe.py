@@ -365,10 +365,10 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                 p.append(f"report.tables[{i}].columns: unknown column {col!r}")
             if spec.get("metric") and spec["metric"] not in metric_names:
                 p.append(f"report.tables[{i}].columns.{col}: unknown metric {spec['metric']!r}")
-            if spec.get("derive") == "curve_gap" and (
+            if spec.get("derive") in ("curve_gap", "reach_ratio") and (
                     not spec.get("curve") or spec.get("baseline_row") not in (table.get("rows") or {})):
-                p.append(f"report.tables[{i}].columns.{col}: curve_gap needs `curve` (a metrics.csv "
-                         f"column) and `baseline_row` (a row of this table)")
+                p.append(f"report.tables[{i}].columns.{col}: {spec['derive']} needs `curve` (a "
+                         f"metrics.csv column) and `baseline_row` (a row of this table)")
             if spec.get("derive") == "curve_gap" and spec.get("at", "widest") not in ("widest", "end"):
                 p.append(f"report.tables[{i}].columns.{col}: curve_gap's `at` must be widest or end, "
                          f"got {spec['at']!r}")

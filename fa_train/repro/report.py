@@ -17,6 +17,7 @@ Recipe `report:` block::
             speedup: {derive: ratio, metric: tokens_per_s, baseline_row: "GPT-2 small · HuggingFace"}
             Avg: {derive: mean, of: [ListOps, Text]}
             loss gap: {derive: curve_gap, curve: train/loss, baseline_row: "GPT-2 small · HuggingFace"}
+            to each level: {derive: reach_ratio, curve: val/acc, baseline_row: ...}   # time ratio
           extra_columns: [tokens/s]         # ours only; their spec is under `columns`
       plots:
         - {type: loss, title: ..., runs: [...]}                          # metrics.csv curves
@@ -31,6 +32,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -308,6 +310,8 @@ def our_row(ours: Ours, table: dict[str, Any], row: str, columns: list[str],
             values[col] = record_ratio(ours, spec)
         elif spec.get("derive") == "curve_gap":
             values[col] = _curve_gap(ours, table, row, col, spec, cells, columns)
+        elif spec.get("derive") == "reach_ratio":
+            values[col] = _reach_ratio(ours, table, row, col, spec, cells, columns)
     for col in columns:
         values.setdefault(col, (None, MISSING))
     rows_cache[row] = values
@@ -366,6 +370,32 @@ def _curve_gap(ours, table, row, col, spec, cells, columns):
     if spec.get("at") == "end":
         return scale * (a[max(common)] - b[max(common)]), paused
     return scale * max(abs(a[x] - b[x]) for x in common), paused
+
+
+def _reach_ratio(ours, table, row, col, spec, cells, columns):
+    """Time to accuracy without choosing a level: for each value the baseline row's `curve` logged
+    that both runs reached, the baseline's first `x` (training time) at or above it over the row's;
+    the median of these ratios, noted with their range, their count and the highest level (times
+    `scale`). A paused run counts up to its pause."""
+    mine = cells.get(col)
+    baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
+    base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
+    if not mine or not base:
+        return None, "n/a"
+    x_key = spec.get("x", "time/train_s")
+    a, b = ours.curve(mine["run"], spec["curve"], x_key), ours.curve(base["run"], spec["curve"], x_key)
+    if not a or not b:
+        status = next((ours.status(c["run"]) for c in (mine, base) if ours.status(c["run"]) != "ok"), "ok")
+        return None, "no curve" if status == "ok" else status
+
+    def first(curve, level):
+        return min(x for x, y in curve.items() if y >= level)
+
+    levels = [y for y in set(b.values()) if y <= min(max(a.values()), max(b.values()))]
+    ratios = sorted(first(b, level) / first(a, level) for level in levels)
+    paused = ", paused" if "paused" in (ours.status(mine["run"]), ours.status(base["run"])) else ""
+    return statistics.median(ratios), (f"{ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} levels "
+                                       f"up to {float(spec.get('scale', 1.0)) * max(levels):.1f}{paused}")
 
 
 def record_ratio(ours: Ours, spec: dict[str, Any]) -> tuple[float | None, str]:

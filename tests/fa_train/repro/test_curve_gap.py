@@ -68,6 +68,19 @@ def test_a_paused_run_counts_up_to_its_pause_and_scale_gives_points(tmp_path):
     assert why == "paused" and value == pytest.approx(3.0)
 
 
+def test_reach_ratio_compares_times_at_every_level_both_reached(tmp_path):
+    """Row b is the baseline here: its times over a's at b's levels that a also reached (0.2 and
+    0.3, not 0.5), the median, with the range, the count and the highest common level."""
+    ours = _ours(tmp_path, {"a": "step,time/train_s,val/acc\n99,10,0.2\n199,20,0.35\n",
+                            "b": "step,time/train_s,val/acc\n99,30,0.2\n199,50,0.3\n299,90,0.5\n"})
+    table = {**TABLE, "rows": {"base": "b", "other": "a"},
+             "columns": {"gap": {"derive": "reach_ratio", "curve": "val/acc", "scale": 100,
+                                 "baseline_row": "base"}}}
+    value, why = our_row(ours, table, "other", ["gap"], {})["gap"]
+    assert value == pytest.approx((3.0 + 2.5) / 2)
+    assert why == "2.50-3.00 over 2 levels up to 30.0"
+
+
 def test_recipe_check_names_a_curve_gap_without_its_baseline(tmp_path):
     recipe = load_recipe("table2_gpt2")
     data = json.loads(json.dumps(recipe.data))

@@ -203,6 +203,18 @@ def test_table4_lag_sentence_reads_the_gap_columns(tmp_path, monkeypatch):
             "the widest, 0.400 at the end.") in line
 
 
+def test_table1_reach_sentence_reads_the_report_columns(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    assert results.bert_reach() == []
+    curve = "step,time/train_s,val/mlm_acc\n99,{},0.10\n199,{},0.15\n"
+    lm_results(tmp_path, "table1_bert", {"base-standard": {}, "base-flash": {}},
+               {"base-standard": curve.format(30, 60), "base-flash": curve.format(10, 30)})
+    line = results.bert_reach()[1]
+    assert ("BERT-base · flash: 2.50 (2.00-3.00 over 2 levels up to 15.0) times faster, the curves "
+            "at most 0.00 points apart.") in line
+
+
 @pytest.mark.parametrize("draws, nearer", [(2.6, "flash-1k's (the context length"),
                                            (2.8, "flash-4k's (fewer spans per step")])
 def test_table4_draws_sentence_applies_the_recipe_rule(tmp_path, monkeypatch, draws, nearer):
