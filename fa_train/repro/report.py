@@ -348,28 +348,39 @@ def _cell_devices(ours: Ours, cell: dict[str, Any]) -> set[str]:
     return {d for d in map(ours.device, cell_runs(cell)) if d}
 
 
-def _curve_gap(ours, table, row, col, spec, cells, columns):
-    """The largest |curve(row) - curve(baseline row)| over the x values (steps by default) that
-    both runs logged: how far apart two runs of the same data order ever were, e.g. in training
-    loss; with `at: end`, curve(row) - curve(baseline row) at the last x both logged. The baseline
-    row is `baseline_rows[row]`, else `baseline_row`; `scale` multiplies the difference (100:
-    accuracy in points). A paused run counts up to its pause, and the cell says so."""
+def _curve_pair(ours, table, row, col, spec, cells, columns, x_default):
+    """The `curve` of the row's run and of its baseline row's ({x: value} each; `x` or
+    x_default), and what the cell says: "paused" when one of them is; or (None, why) when one has
+    no curve. The baseline row is `baseline_rows[row]`, else `baseline_row`."""
     mine = cells.get(col)
     baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
     base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
     if not mine or not base:
         return None, "n/a"
-    x_key = spec.get("x", "step")
+    x_key = spec.get("x", x_default)
     a, b = ours.curve(mine["run"], spec["curve"], x_key), ours.curve(base["run"], spec["curve"], x_key)
+    statuses = [ours.status(c["run"]) for c in (mine, base)]
+    if not a or not b:
+        return None, next((s for s in statuses if s != "ok"), "no curve")
+    return (a, b), "paused" if "paused" in statuses else ""
+
+
+def _curve_gap(ours, table, row, col, spec, cells, columns):
+    """The largest |curve(row) - curve(baseline row)| over the x values (steps by default) that
+    both runs logged: how far apart two runs of the same data order ever were, e.g. in training
+    loss; with `at: end`, curve(row) - curve(baseline row) at the last x both logged; `scale`
+    multiplies the difference (100: accuracy in points). A paused run counts up to its pause, and
+    the cell says so."""
+    pair, why = _curve_pair(ours, table, row, col, spec, cells, columns, "step")
+    if pair is None:
+        return None, why
+    (a, b), scale = pair, float(spec.get("scale", 1.0))
     common = a.keys() & b.keys()
     if not common:
-        status = next((ours.status(c["run"]) for c in (mine, base) if ours.status(c["run"]) != "ok"), "ok")
-        return None, "no common points" if status == "ok" else status
-    paused = "paused" if "paused" in (ours.status(mine["run"]), ours.status(base["run"])) else ""
-    scale = float(spec.get("scale", 1.0))
+        return None, "no common points"
     if spec.get("at") == "end":
-        return scale * (a[max(common)] - b[max(common)]), paused
-    return scale * max(abs(a[x] - b[x]) for x in common), paused
+        return scale * (a[max(common)] - b[max(common)]), why
+    return scale * max(abs(a[x] - b[x]) for x in common), why
 
 
 def _reach_ratio(ours, table, row, col, spec, cells, columns):
@@ -377,25 +388,19 @@ def _reach_ratio(ours, table, row, col, spec, cells, columns):
     that both runs reached, the baseline's first `x` (training time) at or above it over the row's;
     the median of these ratios, noted with their range, their count and the highest level (times
     `scale`). A paused run counts up to its pause."""
-    mine = cells.get(col)
-    baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
-    base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
-    if not mine or not base:
-        return None, "n/a"
-    x_key = spec.get("x", "time/train_s")
-    a, b = ours.curve(mine["run"], spec["curve"], x_key), ours.curve(base["run"], spec["curve"], x_key)
-    if not a or not b:
-        status = next((ours.status(c["run"]) for c in (mine, base) if ours.status(c["run"]) != "ok"), "ok")
-        return None, "no curve" if status == "ok" else status
+    pair, why = _curve_pair(ours, table, row, col, spec, cells, columns, "time/train_s")
+    if pair is None:
+        return None, why
+    a, b = pair
 
     def first(curve, level):
         return min(x for x, y in curve.items() if y >= level)
 
     levels = [y for y in set(b.values()) if y <= min(max(a.values()), max(b.values()))]
     ratios = sorted(first(b, level) / first(a, level) for level in levels)
-    paused = ", paused" if "paused" in (ours.status(mine["run"]), ours.status(base["run"])) else ""
     return statistics.median(ratios), (f"{ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} levels "
-                                       f"up to {float(spec.get('scale', 1.0)) * max(levels):.1f}{paused}")
+                                       f"up to {float(spec.get('scale', 1.0)) * max(levels):.1f}"
+                                       + (f", {why}" if why else ""))
 
 
 def record_ratio(ours: Ours, spec: dict[str, Any]) -> tuple[float | None, str]:

@@ -209,17 +209,27 @@ def context():
     return lines
 
 
+def _gpu_table(name: str):
+    """(recipe, its gpu results, its first report table, that table's columns); None before the
+    recipe ran at the gpu scale."""
+    from fa_train.repro.recipe import load_recipe
+    from fa_train.repro.report import Ours, table_columns
+    recipe = load_recipe(name)
+    folder = ROOT / "reports" / recipe.name / "gpu"
+    if not (folder / "results.json").is_file():
+        return None
+    table = recipe.report["tables"][0]
+    return recipe, Ours(recipe, folder), table, table_columns(recipe, table)
+
+
 def context_lag() -> list[str]:
     """Table 4's validation-loss gaps at equal tokens (the report's Δ val loss columns): how far
     each longer context trailed the next shorter one at the widest and at the end."""
-    from fa_train.repro.recipe import load_recipe
-    from fa_train.repro.report import Ours, fmt_cell, our_row, table_columns
-    recipe = load_recipe("table4_gpt2_context")
-    folder = ROOT / "reports" / recipe.name / "gpu"
-    if not (folder / "results.json").is_file():
+    from fa_train.repro.report import fmt_cell, our_row
+    found = _gpu_table("table4_gpt2_context")
+    if found is None:
         return []
-    table = recipe.report["tables"][0]
-    ours, columns = Ours(recipe, folder), table_columns(recipe, table)
+    recipe, ours, table, columns = found
     parts = []
     for row, shorter in (("FlashAttention · 2K", "1K"), ("FlashAttention · 4K", "2K")):
         cells = our_row(ours, table, row, columns, {})
@@ -275,14 +285,11 @@ def context_draws(ours) -> list[str]:
 def bert_reach() -> list[str]:
     """Table 1's time to accuracy read without choosing a level (the report's columns "speedup to
     each level" and "max Δ val accuracy"), for each flash row whose runs have curves."""
-    from fa_train.repro.recipe import load_recipe
-    from fa_train.repro.report import Ours, fmt_cell, our_row, table_columns
-    recipe = load_recipe("table1_bert")
-    folder = ROOT / "reports" / recipe.name / "gpu"
-    if not (folder / "results.json").is_file():
+    from fa_train.repro.report import fmt_cell, our_row
+    found = _gpu_table("table1_bert")
+    if found is None:
         return []
-    table = recipe.report["tables"][0]
-    ours, columns = Ours(recipe, folder), table_columns(recipe, table)
+    _, ours, table, columns = found
     parts = []
     for row in ("BERT-base · flash (ours only)", "BERT-base · flash, compiled (ours only)"):
         cells = our_row(ours, table, row, columns, {})
