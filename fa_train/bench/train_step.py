@@ -143,18 +143,18 @@ def _run_trainer(config, model, compiled, device):
     return perf.summary["tokens_per_sec_per_device"], losses[0], losses[-1]
 
 
-def _profile(step, x, y, steps=3):
-    """GPU busy ms per step and the top kernels by GPU time, from torch.profiler."""
+def gpu_busy(step, *args, steps=3, top=20):
+    """GPU busy ms per call of step(*args) and the `top` kernels by GPU time, from torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            step(x, y)
+            step(*args)
         torch.cuda.synchronize()
     kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
     busy = sum(e.self_device_time_total for e in kernels) / 1e3 / steps
-    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:20]
+    heaviest = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:top]
     return busy, [{"kernel": e.key[:90], "ms_per_step": e.self_device_time_total / 1e3 / steps,
-                   "calls_per_step": e.count / steps} for e in top]
+                   "calls_per_step": e.count / steps} for e in heaviest]
 
 
 def measure_case(config, model_name, impl, compiled, device, runner="bare", loss="auto"):
@@ -184,7 +184,7 @@ def measure_case(config, model_name, impl, compiled, device, runner="bare", loss
         row |= {"peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30,
                 "mfu": tps * fpt / peak if peak else None}
         if config.profile and runner == "bare":
-            row["gpu_busy_ms"], row["top_kernels"] = _profile(step, x, y)
+            row["gpu_busy_ms"], row["top_kernels"] = gpu_busy(step, x, y)
     free_memory(device)
     return row
 

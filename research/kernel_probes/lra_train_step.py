@@ -1,0 +1,154 @@
+"""Where a Pathfinder-32 training step spends its time.
+
+The LRA classifier of experiment lra/pathfinder32_fly (2 layers, d 64, 2 heads of 32, batch 256
+of 1,024 pixel tokens) trains at about 19 ms per step and 3% MFU on an H100 through `fa-train`
+(reports/table3_lra/gpu, pathfinder-flash-s0: 62,400 steps in 1,159 s of training), while its
+FLOPs need about 1 ms: the table's Pathfinder runs take hours for that reason. This probe times
+the bare step (bf16 autocast, forward, cross-entropy, backward, fused AdamW; no data loader, no
+trainer) per attention implementation, eager and compiled, with and without attention dropout,
+and with an all-true key mask as the data loader passes it; each row gains the GPU busy time per
+step from torch.profiler (far below the step time: the GPU waits on the host) and the kernels
+that take the most GPU time. `--loader` also times the data module's train loader alone.
+
+Written 2026-11-28 and checked on CPU only (small batches): not yet run on a GPU, so no finding.
+
+Usage: python research/kernel_probes/lra_train_step.py OUT_DIR [--steps 30] [--impls flash sdpa]
+       [--loader]
+Writes OUT_DIR/lra_train_step.json and prints a table last. Runs on CPU too (small, for wiring).
+"""
+import argparse
+import datetime
+import json
+import pathlib
+import time
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from fa_train.bench.train_step import gpu_busy
+from fa_train.resources import config_dir
+
+EXPERIMENT = "lra/pathfinder32_fly"
+
+
+def experiment_config(impl):
+    with initialize_config_dir(str(config_dir()), version_base=None):
+        return compose("config", overrides=[f"experiment={EXPERIMENT}", f"attention={impl}"])
+
+
+def build(cfg, attn_dropout, device):
+    torch.manual_seed(0)
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    model_cfg.update(num_classes=2, vocab_size=256, max_seq_len=cfg.data.resolution ** 2,
+                     attn_dropout=attn_dropout)
+    model = instantiate(model_cfg, _convert_="all").to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    return model, opt
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def step_fn(model, opt, device, compiled):
+    forward = torch.compile(model) if compiled else model
+
+    def step(ids, mask, labels):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = F.cross_entropy(forward(ids, mask).float(), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def measure(impl, compiled, attn_dropout, with_mask, args, device):
+    cfg = experiment_config(impl)
+    model, opt = build(cfg, attn_dropout, device)
+    batch_size = args.batch or cfg.data.batch_size
+    n = cfg.data.resolution ** 2
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (batch_size, n), generator=gen).to(device)
+    mask = torch.ones(batch_size, n, dtype=torch.bool, device=device) if with_mask else None
+    labels = torch.randint(0, 2, (batch_size,), generator=gen).to(device)
+    step = step_fn(model, opt, device, compiled)
+    for _ in range(args.warmup):
+        step(ids, mask, labels)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step(ids, mask, labels)
+    sync(device)
+    row = {"impl": impl, "compiled": compiled, "attn_dropout": attn_dropout, "mask": with_mask,
+           "batch": batch_size, "seq_len": n,
+           "step_ms": (time.perf_counter() - start) / args.steps * 1e3}
+    if device.type == "cuda":
+        row["gpu_busy_ms"], row["top_kernels"] = gpu_busy(step, ids, mask, labels, top=5)
+    return row
+
+
+def loader_ms(args):
+    """ms per batch of the experiment's train loader alone (its generated images, its workers)."""
+    cfg = experiment_config("flash")
+    dm = instantiate(cfg.data, n_train=args.loader_images, n_val=64, n_test=64,
+                     cache_dir=str(pathlib.Path(args.out) / "data"), _convert_="all")
+    dm.setup()
+    it = iter(dm.train_dataloader())
+    next(it)
+    start, count = time.perf_counter(), 0
+    for _ in it:
+        count += 1
+        if count == 40:
+            break
+    return {"num_workers": dm.num_workers, "batch": dm.batch_size,
+            "ms_per_batch": (time.perf_counter() - start) / count * 1e3}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--impls", nargs="+", default=["flash", "sdpa", "standard"])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=None, help="default: the experiment's")
+    p.add_argument("--loader", action="store_true")
+    p.add_argument("--loader-images", type=int, default=12_800)
+    args = p.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cases = [(impl, compiled, 0.1, True) for impl in args.impls for compiled in (False, True)]
+    cases += [(args.impls[0], False, 0.0, True), (args.impls[0], False, 0.1, False)]
+    rows = []
+    for case in cases:
+        try:
+            rows.append(measure(*case, args, device))
+        except Exception as e:  # one failing variant must not hide the others' rows
+            rows.append(dict(zip(("impl", "compiled", "attn_dropout", "mask"), case),
+                             error=f"{type(e).__name__}: {str(e)[:200]}"))
+        print(rows[-1], flush=True)
+    info = {"experiment": EXPERIMENT,
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+            "torch": torch.__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "rows": rows, "loader": loader_ms(args) if args.loader else None}
+    (out / "lra_train_step.json").write_text(json.dumps(info, indent=1))
+    print(f"\n{info['device']}, torch {info['torch']}; {EXPERIMENT}, bare step")
+    print(f"{'impl':9} {'compiled':8} {'attn drop':9} {'mask':5} {'step ms':>8} {'GPU busy ms':>11}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['impl']:9} {r['compiled']!s:8} {r['attn_dropout']:<9} {r['mask']!s:5} {r['error']}")
+            continue
+        busy = f"{r['gpu_busy_ms']:.2f}" if "gpu_busy_ms" in r else "-"
+        print(f"{r['impl']:9} {r['compiled']!s:8} {r['attn_dropout']:<9} {r['mask']!s:5} "
+              f"{r['step_ms']:8.2f} {busy:>11}")
+    if info["loader"]:
+        print(f"train loader alone: {info['loader']['ms_per_batch']:.2f} ms per batch of "
+              f"{info['loader']['batch']} ({info['loader']['num_workers']} workers)")
+
+
+if __name__ == "__main__":
+    main()
