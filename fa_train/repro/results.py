@@ -284,7 +284,7 @@ def context_draws(ours) -> list[str]:
 
 def bert_reach() -> list[str]:
     """Table 1's time to accuracy read without choosing a level (the report's columns "speedup to
-    each level" and "max Δ val accuracy"), for each flash row whose runs have curves."""
+    each level" and "max Δ val acc (points)"), for each flash row whose runs have curves."""
     from fa_train.repro.report import fmt_cell, our_row
     found = _gpu_table("table1_bert")
     if found is None:
@@ -296,11 +296,11 @@ def bert_reach() -> list[str]:
         if cells["speedup to each level"][0] is not None:
             parts.append(f"{row.split(' (')[0]}: {fmt_cell(*cells['speedup to each level'], '.2f')}"
                          f" times faster, the curves at most "
-                         f"{fmt_cell(*cells['max Δ val accuracy'], '.2f')} points apart")
+                         f"{fmt_cell(*cells['max Δ val acc (points)'], '.2f')} points apart")
     if not parts:
         return []
     return ["", "Time to accuracy with no level chosen (`reports/table1_bert/gpu/report.md`, columns "
-            "speedup to each level and max Δ val accuracy): at every validation accuracy standard "
+            "speedup to each level and max Δ val acc): at every validation accuracy standard "
             "attention logged that both runs reached, standard's training time over flash's, the "
             "median (range, levels, highest level in %): " + "; ".join(parts) + "."]
 
