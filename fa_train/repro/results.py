@@ -248,6 +248,8 @@ def context_draws(ours) -> list[str]:
     validation loss nearer flash-4k's than its own context's means fewer spans per step explain
     most of the lag; nearer its own context's, the context length does. With the loss by position
     in the window, which shows how much of its context a model uses."""
+    from fa_train.repro.report import POSITION_KEY
+
     def val(run, key="val/loss"):
         entry = ours.runs.get(run) or {}
         return (entry.get("metrics") or {}).get(key) if entry.get("status") == "ok" else None
@@ -264,8 +266,8 @@ def context_draws(ours) -> list[str]:
                      f"flash-4k {far:.3f}, {(draws - own) / (far - own):.0%} of the way, nearer "
                      f"{nearer}")
         metrics = ours.runs[f"flash-{context}-draws4k"]["metrics"]
-        buckets = sorted((int(k.split("pos")[1].split("-")[0]), k.split("pos")[1], v)
-                         for k, v in metrics.items() if k.startswith("val/loss_pos"))
+        buckets = sorted((int(m["lo"]), f"{m['lo']}-{m['hi']}", v) for k, v in metrics.items()
+                         if (m := POSITION_KEY.match(k)) and m["stage"] == "val")
         if buckets:
             positions.append(f"flash-{context}-draws4k " + ", ".join(
                 f"{span} {v:.3f}" for start, span, v in buckets if start >= 128))
