@@ -8,18 +8,22 @@ the bare step (bf16 autocast, forward, cross-entropy, backward, fused AdamW; no 
 trainer) per attention implementation, eager and compiled, with and without attention dropout,
 and with an all-true key mask as the data loader passes it; each row gains the GPU busy time per
 step from torch.profiler (far below the step time: the GPU waits on the host) and the kernels
-that take the most GPU time. `--loader` also times the data module's train loader alone.
+that take the most GPU time. `--loader` also times the data module's train loader alone;
+`--trainer` times fa-train itself (tokens/s of its PerfMonitor) with the loader, progress bar
+and compilation varied, and prints Lightning's simple profile (time per hook) of one more run.
 
 Written 2026-11-28 and checked on CPU only (small batches): not yet run on a GPU, so no finding.
 
 Usage: python research/kernel_probes/lra_train_step.py OUT_DIR [--steps 30] [--impls flash sdpa]
-       [--loader]
+       [--loader] [--trainer [--trainer-overrides attention=sdpa ...]]
 Writes OUT_DIR/lra_train_step.json and prints a table last. Runs on CPU too (small, for wiring).
 """
 import argparse
 import datetime
 import json
 import pathlib
+import subprocess
+import sys
 import time
 
 import torch
@@ -92,20 +96,58 @@ def measure(impl, compiled, attn_dropout, with_mask, args, device):
 
 
 def loader_ms(args):
-    """ms per batch of the experiment's train loader alone (its generated images, its workers)."""
+    """ms per batch of the experiment's train loader alone (its generated images, its workers),
+    over a second pass so that the images are in the page cache, as in a training run."""
     cfg = experiment_config("flash")
-    dm = instantiate(cfg.data, n_train=args.loader_images, n_val=64, n_test=64,
-                     cache_dir=str(pathlib.Path(args.out) / "data"), _convert_="all")
+    dm = instantiate(cfg.data, n_train=args.loader_images, n_val=64, n_test=64, _convert_="all")
     dm.setup()
-    it = iter(dm.train_dataloader())
-    next(it)
+    loader = dm.train_dataloader()
+    for _ in loader:
+        pass
     start, count = time.perf_counter(), 0
-    for _ in it:
+    for _ in loader:
         count += 1
-        if count == 40:
-            break
     return {"num_workers": dm.num_workers, "batch": dm.batch_size,
             "ms_per_batch": (time.perf_counter() - start) / count * 1e3}
+
+
+# fa-train itself on a smaller generated set; each variant one subprocess, "as run" first and last
+TRAINER_VARIANTS = {
+    "as run": [],
+    "no loader workers": ["data.num_workers=0"],
+    "4 workers, pinned": ["data.num_workers=4", "+data.pin_memory=true"],
+    "no progress bar": ["callbacks.progress=null"],
+    "compiled": ["task.compile=true"],
+    "as run again": [],
+}
+
+
+def trainer_ms(args, out):
+    """ms per step of `fa-train experiment=...` per TRAINER_VARIANTS entry (its PerfMonitor's
+    tokens/s, validation excluded), and Lightning's simple profile of one more "as run" run."""
+    base = [f"experiment={EXPERIMENT}", f"data.n_train={args.trainer_images}", "data.n_val=2560",
+            "data.n_test=256", f"trainer.max_steps={args.trainer_steps}", "run_test=false",
+            "callbacks.checkpoint.every_n_train_steps=1000000", *args.trainer_overrides]
+    runs = dict(TRAINER_VARIANTS)
+    runs["profiled"] = ["+trainer.profiler._target_=lightning.pytorch.profilers.SimpleProfiler",
+                        f"+trainer.profiler.dirpath={out}", "+trainer.profiler.filename=simple_profile"]
+    rows = []
+    for k, (name, extra) in enumerate(runs.items()):
+        run_dir = out / "trainer_runs" / f"run{k}"
+        proc = subprocess.run([sys.executable, "-m", "fa_train.train", *base, *extra,
+                               f"hydra.run.dir={run_dir}"], capture_output=True, text=True)
+        row = {"variant": name, "overrides": extra}
+        try:
+            m = json.loads((run_dir / "metrics.json").read_text())
+            row["step_ms"] = m["batch_size"] * m["seq_len"] / m["tokens_per_sec"] * 1e3
+        except (OSError, KeyError, TypeError, ZeroDivisionError):
+            row["error"] = (proc.stderr or proc.stdout)[-300:]
+        rows.append(row)
+        print(row, flush=True)
+    profile = out / "fit-simple_profile.txt"
+    if profile.exists():
+        print("\n".join(profile.read_text().splitlines()[:30]))
+    return rows
 
 
 def main():
@@ -117,6 +159,10 @@ def main():
     p.add_argument("--batch", type=int, default=None, help="default: the experiment's")
     p.add_argument("--loader", action="store_true")
     p.add_argument("--loader-images", type=int, default=12_800)
+    p.add_argument("--trainer", action="store_true", help="also time fa-train per TRAINER_VARIANTS")
+    p.add_argument("--trainer-images", type=int, default=51_200)
+    p.add_argument("--trainer-steps", type=int, default=800)
+    p.add_argument("--trainer-overrides", nargs="*", default=[], help="added to every fa-train run")
     args = p.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +180,8 @@ def main():
     info = {"experiment": EXPERIMENT,
             "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "rows": rows, "loader": loader_ms(args) if args.loader else None}
+            "rows": rows, "loader": loader_ms(args) if args.loader else None,
+            "trainer": trainer_ms(args, out) if args.trainer else None}
     (out / "lra_train_step.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['device']}, torch {info['torch']}; {EXPERIMENT}, bare step")
     print(f"{'impl':9} {'compiled':8} {'attn drop':9} {'mask':5} {'step ms':>8} {'GPU busy ms':>11}")
@@ -148,6 +195,10 @@ def main():
     if info["loader"]:
         print(f"train loader alone: {info['loader']['ms_per_batch']:.2f} ms per batch of "
               f"{info['loader']['batch']} ({info['loader']['num_workers']} workers)")
+
+    for r in info["trainer"] or []:
+        print(f"fa-train, {r['variant']:18} " + (f"{r['step_ms']:.2f} ms per step" if "step_ms" in r
+                                                  else r["error"].splitlines()[-1]))
 
 
 if __name__ == "__main__":
