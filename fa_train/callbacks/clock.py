@@ -15,6 +15,8 @@ import time
 import lightning as L
 import torch
 
+from fa_train.utils.log_cadence import logs_this_step
+
 
 class TrainingClock(L.Callback):
     def __init__(self):
@@ -49,7 +51,8 @@ class TrainingClock(L.Callback):
         pl_module.log("tokens_seen", torch.tensor(float(self.tokens)), batch_size=1, **when)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self._log_tokens(trainer, pl_module, on_step=True, on_epoch=False)
+        if logs_this_step(trainer):
+            self._log_tokens(trainer, pl_module, on_step=True, on_epoch=False)
 
     def on_validation_start(self, trainer, pl_module):
         if self._t0 is not None and not trainer.sanity_checking:

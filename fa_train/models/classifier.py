@@ -182,8 +182,6 @@ class SequenceClassifier(nn.Module):
             real = input_ids != self.config.pad_token_id
             mask = real if mask is None else mask & real
         x, mask = self.embed_tokens(input_ids, mask)
-        if mask is not None and bool(mask.all()):
-            mask = None
         return self.encoder(x, key_padding_mask=mask), mask
 
     def encode(self, input_ids, attention_mask=None):

@@ -7,6 +7,7 @@ import lightning as L
 import torch
 
 from fa_train.tasks.optim import build_optimizer, check_optim_config, lr_multiplier
+from fa_train.utils.log_cadence import logs_this_step
 
 
 def _plain(x):
@@ -83,6 +84,11 @@ class TaskModule(L.LightningModule):
     def step(self, batch, stage: str) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def logs_now(self, stage: str) -> bool:
+        """Whether `stage`'s step logs its metrics now: evaluation always; a training step only when
+        Lightning writes them (fa_train.utils.log_cadence)."""
+        return stage != "train" or logs_this_step(self._trainer)
+
     def count_tokens(self, n: int | torch.Tensor):
         self.tokens_seen += int(n)
 
@@ -131,7 +137,7 @@ class TaskModule(L.LightningModule):
             return
         for module in self._step_hooks:
             module.start_train_step(self.trainer.global_step)
-        if self.trainer.optimizers:
+        if self.trainer.optimizers and logs_this_step(self.trainer):
             # a CPU tensor: Lightning turns a Python number into a tensor on the module's device,
             # a blocking host-to-device copy that would drain the GPU queue every step
             lr = torch.tensor(self.trainer.optimizers[0].param_groups[0]["lr"])

@@ -42,13 +42,15 @@ class ClassificationTask(TaskModule):
             if stage != "train":
                 s = self._f1.setdefault(stage, torch.zeros(3, device=logits.device))
                 s += torch.stack([tp, fp, fn])
-            else:
+            elif self.logs_now(stage):
                 self.log("train/f1", 2 * tp / (2 * tp + fp + fn).clamp(min=1), on_step=True,
                          batch_size=bs)
         else:
             loss = F.cross_entropy(logits.float(), labels)
             with torch.no_grad():
                 acc = (logits.argmax(-1) == labels).float().mean()
+        if not self.logs_now(stage):
+            return loss
         on_step = stage == "train"
         # training metrics stay off prog_bar (a GPU read per step); the bar shows them anyway
         self.log(f"{stage}/loss", loss, prog_bar=not on_step, on_step=on_step,

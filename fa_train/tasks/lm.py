@@ -41,8 +41,8 @@ class LanguageModelingTask(TaskModule):
             self.count_tokens(x.numel())
             # not prog_bar: Lightning would read it back from the GPU after every step; the
             # progress bar shows it from the callback metrics when it redraws
-            self.log("train/loss", loss, on_step=True, on_epoch=False,
-                     batch_size=x.shape[0])
+            if self.logs_now(stage):
+                self.log("train/loss", loss, on_step=True, on_epoch=False, batch_size=x.shape[0])
         else:
             n = int((y != -100).sum())
             acc = self._eval_sums.setdefault(stage, [0.0, 0])

@@ -61,10 +61,12 @@ class MaskedTokenTask(TaskModule):
         logits = self.model.token_logits(hidden[chosen])[:, : self.mask_id]
         targets = ids[chosen]
         loss = F.cross_entropy(logits.float(), targets)
-        with torch.no_grad():
-            acc = (logits.argmax(-1) == targets).float().mean()
         if stage == "train":
             self.count_tokens(ids.numel())
+        if not self.logs_now(stage):
+            return loss
+        with torch.no_grad():
+            acc = (logits.argmax(-1) == targets).float().mean()
         on_step, bs = stage == "train", ids.shape[0]
         self.log(f"{stage}/loss", loss, prog_bar=not on_step, on_step=on_step,
                  on_epoch=not on_step, sync_dist=not on_step, batch_size=bs)

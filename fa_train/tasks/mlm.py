@@ -44,10 +44,12 @@ class MaskedLMTask(TaskModule):
         nsp_label = batch_get(batch, "next_sentence_label", "nsp_labels")
         if nsp is not None and nsp_label is not None:
             loss = loss + F.cross_entropy(nsp.float(), nsp_label)
-        with torch.no_grad():
-            acc = (mlm_logits.argmax(-1) == mlm_labels).float().mean()
         if stage == "train":
             self.count_tokens(ids.numel())  # padded tokens: no GPU sync
+        if not self.logs_now(stage):
+            return loss
+        with torch.no_grad():
+            acc = (mlm_logits.argmax(-1) == mlm_labels).float().mean()
         on_step = stage == "train"
         bs = ids.shape[0]
         # training metrics stay off prog_bar (a GPU read per step); the bar shows them anyway

@@ -8,15 +8,17 @@ set -uo pipefail
 a=${1:?usage: run.sh TREE_A TREE_B OUT}; b=${2:?}; out=${3:?}
 python=${PYTHON:-python3}
 mkdir -p "$out"
+out=$(cd "$out" && pwd); a=$(cd "$a" && pwd); b=$(cd "$b" && pwd)
 for round in 1 2; do
     for side in A B; do
         tree=$a; [ "$side" = B ] && tree=$b
         tag=${side}_$round
-        PYTHONPATH="$tree:${PYTHONPATH:-}" "$python" -m fa_train.bench.cli attention --quick \
-            --no-progress --impls flash,sdpa_cudnn --out "$out/attn_$tag" > "$out/attn_$tag.log" 2>&1
-        PYTHONPATH="$tree:${PYTHONPATH:-}" "$python" -m fa_train.bench.cli train-step --no-progress \
+        # `python -m` puts its working folder first on sys.path: each tree runs from its own folder
+        (cd "$tree" && "$python" -m fa_train.bench.cli attention --quick \
+            --no-progress --impls flash,sdpa_cudnn --out "$out/attn_$tag" > "$out/attn_$tag.log" 2>&1)
+        (cd "$tree" && "$python" -m fa_train.bench.cli train-step --no-progress \
             --models gpt2-small --impls flash --compile 1 --runners bare --steps 20 \
-            --out "$out/step_$tag" > "$out/step_$tag.log" 2>&1
+            --out "$out/step_$tag" > "$out/step_$tag.log" 2>&1)
         echo "$tag done"
     done
 done

@@ -15,12 +15,13 @@ and compilation varied, and prints Lightning's simple profile (time per hook) of
 Written 2026-11-28 and checked on CPU only (small batches): not yet run on a GPU, so no finding.
 
 Usage: python research/kernel_probes/lra_train_step.py OUT_DIR [--steps 30] [--impls flash sdpa]
-       [--loader] [--trainer [--trainer-overrides attention=sdpa ...]]
+       [--loader] [--trainer [--trainer-overrides attention=sdpa ...] [--baseline-tree DIR]]
 Writes OUT_DIR/lra_train_step.json and prints a table last. Runs on CPU too (small, for wiring).
 """
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fa_train.bench.train_step import gpu_busy
-from fa_train.resources import config_dir
+from fa_train.resources import config_dir, project_root
 
 EXPERIMENT = "lra/pathfinder32_fly"
 
@@ -114,9 +115,7 @@ def loader_ms(args):
 # fa-train itself on a smaller generated set; each variant one subprocess, "as run" first and last
 TRAINER_VARIANTS = {
     "as run": [],
-    "no loader workers": ["data.num_workers=0"],
-    "4 workers, pinned": ["data.num_workers=4", "+data.pin_memory=true"],
-    "no progress bar": ["callbacks.progress=null"],
+    "4 loader workers": ["data.num_workers=4"],
     "compiled": ["task.compile=true"],
     "as run again": [],
 }
@@ -124,19 +123,27 @@ TRAINER_VARIANTS = {
 
 def trainer_ms(args, out):
     """ms per step of `fa-train experiment=...` per TRAINER_VARIANTS entry (its PerfMonitor's
-    tokens/s, validation excluded), and Lightning's simple profile of one more "as run" run."""
+    tokens/s, validation excluded), and Lightning's simple profile of one more "as run" run.
+    With --baseline-tree, "as run" of that tree and of this one alternate twice first (A B A B)."""
     base = [f"experiment={EXPERIMENT}", f"data.n_train={args.trainer_images}", "data.n_val=2560",
             "data.n_test=256", f"trainer.max_steps={args.trainer_steps}", "run_test=false",
             "callbacks.checkpoint.every_n_train_steps=1000000", *args.trainer_overrides]
-    runs = dict(TRAINER_VARIANTS)
-    runs["profiled"] = ["+trainer.profiler._target_=lightning.pytorch.profilers.SimpleProfiler",
-                        f"+trainer.profiler.dirpath={out}", "+trainer.profiler.filename=simple_profile"]
+    runs = [(name, extra, None) for name, extra in TRAINER_VARIANTS.items()]
+    if args.baseline_tree:
+        runs = [("as run", [], tree) for _ in range(2) for tree in (args.baseline_tree, None)] + runs[1:-1]
+    runs.append(("profiled", ["+trainer.profiler._target_=lightning.pytorch.profilers.SimpleProfiler",
+                              f"+trainer.profiler.dirpath={out}",
+                              "+trainer.profiler.filename=simple_profile"], None))
+    env = dict(os.environ)
+    env.setdefault("FA_TRAIN_CACHE", str(project_root() / ".cache"))  # one generated set for all trees
     rows = []
-    for k, (name, extra) in enumerate(runs.items()):
+    for k, (name, extra, tree) in enumerate(runs):
         run_dir = out / "trainer_runs" / f"run{k}"
+        # `python -m` puts its working folder first on sys.path: a tree is imported by running there
         proc = subprocess.run([sys.executable, "-m", "fa_train.train", *base, *extra,
-                               f"hydra.run.dir={run_dir}"], capture_output=True, text=True)
-        row = {"variant": name, "overrides": extra}
+                               f"hydra.run.dir={run_dir.resolve()}"], capture_output=True, text=True,
+                              env=env, cwd=pathlib.Path(tree).resolve() if tree else None)
+        row = {"variant": name, "overrides": extra, "tree": "baseline" if tree else "this"}
         try:
             m = json.loads((run_dir / "metrics.json").read_text())
             row["step_ms"] = m["batch_size"] * m["seq_len"] / m["tokens_per_sec"] * 1e3
@@ -163,6 +170,8 @@ def main():
     p.add_argument("--trainer-images", type=int, default=51_200)
     p.add_argument("--trainer-steps", type=int, default=800)
     p.add_argument("--trainer-overrides", nargs="*", default=[], help="added to every fa-train run")
+    p.add_argument("--baseline-tree", default=None,
+                   help="a folder holding another version's fa_train/, kernels/ and configs/ to A/B")
     args = p.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -197,7 +206,7 @@ def main():
               f"{info['loader']['batch']} ({info['loader']['num_workers']} workers)")
 
     for r in info["trainer"] or []:
-        print(f"fa-train, {r['variant']:18} " + (f"{r['step_ms']:.2f} ms per step" if "step_ms" in r
+        print(f"fa-train, {r['tree']:8} {r['variant']:18} " + (f"{r['step_ms']:.2f} ms per step" if "step_ms" in r
                                                   else r["error"].splitlines()[-1]))
 
 

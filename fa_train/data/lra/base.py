@@ -1,7 +1,8 @@
 """Shared pieces of the sequence-classification DataModules (LRA tasks and long documents).
 
-Batches are dicts: `input_ids` int64 (B, L), `attention_mask` bool (B, L) (True = real token),
-`labels` int64 (B,) — float32 multi-hot (B, C) for multi-label tasks. Two-tower tasks
+Batches are dicts: `input_ids` int64 (B, L), `attention_mask` bool (B, L) (True = real token;
+None when no position of the batch is padding, decided here on the host so that the model never
+has to ask the GPU), `labels` int64 (B,) — float32 multi-hot (B, C) for multi-label tasks. Two-tower tasks
 (`num_towers == 2`, Retrieval) stack the towers: `input_ids`/`attention_mask` are (B, 2, L).
 After `setup()`, `spec()` describes the data to the model (`fa_train.data.spec.DataSpec`)."""
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Collator:
             parts = [self._pad([s[t] for s in seqs]) for t in range(self.num_towers)]
             ids = torch.stack([p[0] for p in parts], dim=1)
             mask = torch.stack([p[1] for p in parts], dim=1)
+        if bool(mask.all()):
+            mask = None
         if self.multi_label:
             lab = torch.from_numpy(np.stack([np.asarray(x, np.float32) for x in labels]))
         else:
@@ -74,7 +77,7 @@ class SequenceClassificationDataModule(L.LightningDataModule):
     image_size: int | None = None
 
     def __init__(self, batch_size: int = 32, num_workers: int = 0, seed: int = 0,
-                 eval_batch_size: int | None = None, pin_memory: bool = False,
+                 eval_batch_size: int | None = None, pin_memory: bool | None = None,
                  drop_last: bool = False):
         super().__init__()
         check_loader_config(batch_size, eval_batch_size, num_workers)
@@ -82,7 +85,8 @@ class SequenceClassificationDataModule(L.LightningDataModule):
         self.eval_batch_size = int(eval_batch_size or batch_size)
         self.num_workers = int(num_workers)
         self.seed = int(seed)
-        self.pin_memory = bool(pin_memory)
+        # pinned batches reach the GPU without stalling the host; None: pinned when CUDA is there
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self.drop_last = bool(drop_last)
         self.pad_id = 0
         self.vocab_size: int | None = None

@@ -34,7 +34,7 @@ def test_progress_bar_reads_metrics_only_when_it_redraws(monkeypatch):
     dm = FakeLMDataModule(batch_size=2, seq_len=8, vocab_size=16, n_train=64)
     model = GPT(vocab_size=16, max_seq_len=8, n_layer=1, n_head=2, d_model=16, attention="sdpa")
     trainer = L.Trainer(accelerator="cpu", max_steps=10, logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, limit_val_batches=0,
+                        enable_model_summary=False, limit_val_batches=0, log_every_n_steps=4,
                         callbacks=[ProgressBar(refresh_rate=4)])
     trainer.fit(LanguageModelingTask(model), datamodule=dm)
     assert sorted(set(redraws)) == [4, 8, 10]  # every 4th step and the last one

@@ -16,7 +16,8 @@ from fa_train.data.lra import text as text_mod
 def _check_batch(batch, b, length, towers=1):
     shape = (b, length) if towers == 1 else (b, towers, length)
     assert batch["input_ids"].shape == shape and batch["input_ids"].dtype == torch.int64
-    assert batch["attention_mask"].shape == shape and batch["attention_mask"].dtype == torch.bool
+    mask = batch["attention_mask"]
+    assert mask is None or (mask.shape == shape and mask.dtype == torch.bool)
     assert batch["labels"].shape == (b,) and batch["labels"].dtype == torch.int64
 
 
@@ -103,7 +104,7 @@ def test_cifar_loader_grayscale_split(tmp_path):
     assert (dm.vocab_size, dm.seq_len, dm.num_classes) == (256, 1024, 10)
     batch = next(iter(dm.train_dataloader()))
     _check_batch(batch, 3, 1024)
-    assert bool(batch["attention_mask"].all()) and int(batch["input_ids"].max()) <= 255
+    assert batch["attention_mask"] is None and int(batch["input_ids"].max()) <= 255
     with pytest.raises(FileNotFoundError, match="data_batch_1..5"):
         image_mod.load_cifar10_gray(tmp_path / "nope")
 
@@ -116,7 +117,7 @@ def test_pathfinder_datamodule_generates_and_reads(tmp_path):
     assert [len(dm.datasets[k]) for k in ("train", "val", "test")] == [8, 2, 2]
     batch = next(iter(dm.train_dataloader()))
     _check_batch(batch, 4, 1024)
-    assert int(batch["input_ids"].max()) == 255 and bool(batch["attention_mask"].all())
+    assert int(batch["input_ids"].max()) == 255 and batch["attention_mask"] is None
     # pixels are the generator's images, row-major
     idx = dm.datasets["test"].index[0]
     img, label = pf.generate_image(pf.pathfinder_params(32), 1, int(idx))
@@ -129,3 +130,17 @@ def test_pathfinder_datamodule_generates_and_reads(tmp_path):
     assert [len(dm2.datasets[k]) for k in ("train", "val", "test")] == [16, 2, 2]
     with pytest.raises(FileNotFoundError, match="curv_contour_length"):
         PathfinderDataModule(resolution=64, data_dir=str(tmp_path / "rel")).setup()
+
+
+def test_collator_sends_no_mask_when_nothing_is_padding():
+    """The host knows whether a batch holds padding; a mask of all real tokens would make the
+    model ask the GPU (a sync every step) or run a masked kernel for nothing."""
+    from fa_train.data.lra.base import Collator
+    full = [(np.arange(1, 5), 0), (np.arange(2, 6), 1)]
+    batch = Collator(4)(full)
+    assert batch["attention_mask"] is None and batch["input_ids"].tolist()[1] == [2, 3, 4, 5]
+    padded = Collator(4)([(np.arange(1, 5), 0), (np.arange(1, 3), 1)])
+    assert padded["attention_mask"].tolist() == [[True] * 4, [True, True, False, False]]
+    towers = Collator(3, num_towers=2)
+    assert towers([((np.ones(3), np.ones(3)), 0)])["attention_mask"] is None
+    assert towers([((np.ones(3), np.ones(2)), 0)])["attention_mask"].shape == (1, 2, 3)

@@ -154,10 +154,41 @@ def test_training_steps_log_no_python_numbers(monkeypatch):
     dm = FakeLMDataModule(batch_size=2, seq_len=8, vocab_size=16, n_train=64)
     model = GPT(vocab_size=16, max_seq_len=8, n_layer=1, n_head=2, d_model=16, attention="sdpa")
     task = LanguageModelingTask(model, scheduler={"name": "cosine", "warmup_steps": 2})
-    _fit(task, dm, steps=6, callbacks=[PerfMonitor(warmup_steps=1, log_every_n_steps=2)])
+    _fit(task, dm, steps=6, log_every_n_steps=2,
+         callbacks=[PerfMonitor(warmup_steps=1, log_every_n_steps=2)])
     names = {name for name, _ in logged}
     assert {"train/loss", "train/lr", "perf/tokens_per_sec_per_device"} <= names
     assert all(issubclass(kind, torch.Tensor) for _, kind in logged), logged
+
+
+@pytest.mark.parametrize("kind", ["lm", "classification"])
+def test_training_steps_log_only_at_the_steps_lightning_writes(monkeypatch, kind):
+    """Each self.log costs host time and Lightning keeps only every log_every_n_steps-th step's
+    values: the per-step metrics (loss, accuracy, lr, tokens) are logged at those steps alone."""
+    from fa_train.callbacks import TrainingClock
+    logged = []
+    original = L.LightningModule.log
+
+    def spy(self, name, value, *args, **kwargs):
+        if self.trainer.training and not self.trainer.validating:
+            logged.append((self.trainer.global_step, name))
+        return original(self, name, value, *args, **kwargs)
+
+    monkeypatch.setattr(L.LightningModule, "log", spy)
+    if kind == "lm":
+        dm = FakeLMDataModule(batch_size=2, seq_len=8, vocab_size=16, n_train=64)
+        model = GPT(vocab_size=16, max_seq_len=8, n_layer=1, n_head=2, d_model=16, attention="sdpa")
+        task = LanguageModelingTask(model, scheduler={"name": "cosine", "warmup_steps": 2})
+    else:
+        dm = FakeClassificationDataModule(batch_size=4, seq_len=16, vocab_size=20, num_classes=4)
+        model = LRAClassifier(num_classes=4, vocab_size=20, max_seq_len=16, n_layer=1, n_head=2,
+                              d_model=16, d_ff=32, attention="sdpa")
+        task = ClassificationTask(model, scheduler={"name": "rsqrt", "warmup_steps": 2})
+    _fit(task, dm, steps=7, log_every_n_steps=3, callbacks=[TrainingClock()])
+    steps = {name: sorted(s for s, n in logged if n == name) for _, name in logged}
+    for name in ("train/loss", "train/lr") + (("train/acc",) if kind != "lm" else ()):
+        assert steps[name] == [2, 5], (name, steps)  # batches 3 and 6, before their optimizer step
+    assert steps["tokens_seen"] == [3, 6], steps      # the same batches, after it
 
 
 def test_mlm_task_masked_accuracy():
