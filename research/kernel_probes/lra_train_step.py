@@ -1,18 +1,21 @@
 """Where a Pathfinder-32 training step spends its time.
 
 The LRA classifier of experiment lra/pathfinder32_fly (2 layers, d 64, 2 heads of 32, batch 256
-of 1,024 pixel tokens) trains at about 19 ms per step and 3% MFU on an H100 through `fa-train`
-(reports/table3_lra/gpu, pathfinder-flash-s0: 62,400 steps in 1,159 s of training), while its
-FLOPs need about 1 ms: the table's Pathfinder runs take hours for that reason. This probe times
+of 1,024 pixel tokens) trained at 16-19 ms per step and 3-4% MFU through `fa-train`, while its
+FLOPs need about 1 ms: the table's Pathfinder runs took 20-60 GPU-minutes each. This probe times
 the bare step (bf16 autocast, forward, cross-entropy, backward, fused AdamW; no data loader, no
 trainer) per attention implementation, eager and compiled, with and without attention dropout,
-and with an all-true key mask as the data loader passes it; each row gains the GPU busy time per
-step from torch.profiler (far below the step time: the GPU waits on the host) and the kernels
-that take the most GPU time. `--loader` also times the data module's train loader alone;
-`--trainer` times fa-train itself (tokens/s of its PerfMonitor) with the loader, progress bar
-and compilation varied, and prints Lightning's simple profile (time per hook) of one more run.
+and with an all-true key mask; each row gains the GPU busy time per step from torch.profiler and
+the kernels that take the most GPU time. `--loader` also times the data module's train loader
+alone; `--trainer` times fa-train itself (tokens/s of its PerfMonitor) per TRAINER_VARIANTS and
+prints Lightning's simple profile (time per hook) of one more run; `--baseline-tree` adds the
+same runs of another version of the code, alternated with this one.
 
-Written 2026-11-28 and checked on CPU only (small batches): not yet run on a GPU, so no finding.
+Run on one NVIDIA H200 on 2026-11-28 (reports/bench/lra_train_step/): the bare step was GPU-bound
+(10.6 ms, 10.3 of GPU work) but fa-train took 17.4 ms, its forward waiting on the GPU at the
+model's all-true-mask check every step, so the host's hooks and logging added to the GPU time
+instead of overlapping it. After the fix (kernels/NOTES.md, "Training steps"), 13.8 ms eager and
+10.9 compiled (2026-11-28-ab/).
 
 Usage: python research/kernel_probes/lra_train_step.py OUT_DIR [--steps 30] [--impls flash sdpa]
        [--loader] [--trainer [--trainer-overrides attention=sdpa ...] [--baseline-tree DIR]]
