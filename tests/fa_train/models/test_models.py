@@ -127,6 +127,24 @@ def test_lra_classifier_variants_and_impls_agree(kw):
     torch.testing.assert_close(_swap_attention(m, "sdpa")(ids, mask), out, atol=1e-5, rtol=1e-5)
 
 
+def test_lra_classifier_never_reads_a_tensor_back_to_the_host(monkeypatch):
+    """A host read in the forward (bool(), item()) waits for the GPU every step, so the host's
+    work between steps cannot overlap it: the model passes masks on as they come; the data side
+    sends None when nothing is padding. An all-true mask gives the same logits as None."""
+    m = _lra(pool="mean")
+    ids = torch.randint(1, 20, (2, 64))
+    full = torch.ones(2, 64, dtype=torch.bool)
+    reads = []
+    for name in ("__bool__", "item", "tolist"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name,
+                            lambda t, *a, _o=original, _n=name, **k: reads.append(_n) or _o(t, *a, **k))
+    out = m(ids, full)
+    monkeypatch.undo()
+    assert not reads, reads
+    torch.testing.assert_close(out, m(ids), atol=1e-5, rtol=1e-5)
+
+
 def test_lra_pad_token_masking_ignores_black_pixels():
     """With mask_pad_tokens, pixels equal to the pad id neither attend nor enter the mean pool:
     the logits equal those of an explicit padding mask, whatever the pad token's embedding."""
