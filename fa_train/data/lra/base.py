@@ -2,9 +2,9 @@
 
 Batches are dicts: `input_ids` int64 (B, L), `attention_mask` bool (B, L) (True = real token;
 None when no position of the batch is padding, decided here on the host so that the model never
-has to ask the GPU), `labels` int64 (B,) — float32 multi-hot (B, C) for multi-label tasks. Two-tower tasks
-(`num_towers == 2`, Retrieval) stack the towers: `input_ids`/`attention_mask` are (B, 2, L).
-After `setup()`, `spec()` describes the data to the model (`fa_train.data.spec.DataSpec`)."""
+has to ask the GPU), `labels` int64 (B,) — float32 multi-hot (B, C) for multi-label tasks.
+Two-tower tasks (`num_towers == 2`, Retrieval) stack the towers: `input_ids`/`attention_mask` are
+(B, 2, L). After `setup()`, `spec()` describes the data to the model (`fa_train.data.spec.DataSpec`)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
