@@ -397,6 +397,8 @@ def _reach_ratio(ours, table, row, col, spec, cells, columns):
         return min(x for x, y in curve.items() if y >= level)
 
     levels = [y for y in set(b.values()) if y <= min(max(a.values()), max(b.values()))]
+    if not levels:
+        return None, "no level both reached"
     ratios = sorted(first(b, level) / first(a, level) for level in levels)
     return statistics.median(ratios), (f"{ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} levels "
                                        f"up to {float(spec.get('scale', 1.0)) * max(levels):.1f}"

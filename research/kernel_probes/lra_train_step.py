@@ -133,7 +133,8 @@ def trainer_ms(args, out):
             "callbacks.checkpoint.every_n_train_steps=1000000", *args.trainer_overrides]
     runs = [(name, extra, None) for name, extra in TRAINER_VARIANTS.items()]
     if args.baseline_tree:
-        runs = [("as run", [], tree) for _ in range(2) for tree in (args.baseline_tree, None)] + runs[1:-1]
+        varied = [run for run in runs if run[1]]
+        runs = [("as run", [], tree) for _ in range(2) for tree in (args.baseline_tree, None)] + varied
     runs.append(("profiled", ["+trainer.profiler._target_=lightning.pytorch.profilers.SimpleProfiler",
                               f"+trainer.profiler.dirpath={out}",
                               "+trainer.profiler.filename=simple_profile"], None))
@@ -207,10 +208,9 @@ def main():
     if info["loader"]:
         print(f"train loader alone: {info['loader']['ms_per_batch']:.2f} ms per batch of "
               f"{info['loader']['batch']} ({info['loader']['num_workers']} workers)")
-
     for r in info["trainer"] or []:
-        print(f"fa-train, {r['tree']:8} {r['variant']:18} " + (f"{r['step_ms']:.2f} ms per step" if "step_ms" in r
-                                                  else r["error"].splitlines()[-1]))
+        result = f"{r['step_ms']:.2f} ms per step" if "step_ms" in r else r["error"].splitlines()[-1]
+        print(f"fa-train, {r['tree']:8} {r['variant']:18} {result}")
 
 
 if __name__ == "__main__":

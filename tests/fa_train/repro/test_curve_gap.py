@@ -81,6 +81,14 @@ def test_reach_ratio_compares_times_at_every_level_both_reached(tmp_path):
     assert why == "2.50-3.00 over 2 levels up to 30.0"
 
 
+def test_reach_ratio_of_a_run_below_every_baseline_level_says_so(tmp_path):
+    ours = _ours(tmp_path, {"a": "step,time/train_s,val/acc\n99,10,0.1\n",
+                            "b": "step,time/train_s,val/acc\n99,30,0.2\n199,50,0.3\n"})
+    table = {**TABLE, "rows": {"base": "b", "other": "a"},
+             "columns": {"gap": {"derive": "reach_ratio", "curve": "val/acc", "baseline_row": "base"}}}
+    assert our_row(ours, table, "other", ["gap"], {})["gap"] == (None, "no level both reached")
+
+
 def test_recipe_check_names_a_curve_gap_without_its_baseline(tmp_path):
     recipe = load_recipe("table2_gpt2")
     data = json.loads(json.dumps(recipe.data))
