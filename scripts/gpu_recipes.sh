@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run recipes at the gpu scale, one after another, within a time budget; then render their reports
-# and pack the result folders into OUT/reports.tar.gz: checkpoints excluded, except kept ones
+# and pack into OUT/reports.tar.gz each recipe's top-level files (results.json, report, plots) and the
+# folders of the runs named (all runs when none are named): checkpoints excluded, except kept ones
 # (paused runs and their best-validation weights, transfer sources) of at most CKPT_MB (default
-# 16), so that they can continue on another host. Runs resume: a run that finished is skipped next
+# 16), so that they can continue on another host. A pack over PACK_MB (default 16) is reported. Runs resume: a run that finished is skipped next
 # time; training runs pause before the budget ends (fa-repro's --time-budget) and continue next
 # time; a run cut off anyway runs again.
 # Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
@@ -18,14 +19,15 @@ scale=${SCALE:-gpu}
 python=${PYTHON:-python3}
 end=$(( $(date +%s) + budget ))
 mkdir -p "$out"
-folders=()
+packed=()   # what the pack holds: each recipe's top-level files, and its named runs' folders
 for spec in "$@"; do
     recipe=${spec%%:*}
-    folders+=("reports/$recipe/$scale")
     only=()
     if [[ $spec == *:* ]]; then
         IFS=, read -ra runs <<< "${spec#*:}"
-        for run in "${runs[@]}"; do only+=(--only "$run"); done
+        for run in "${runs[@]}"; do only+=(--only "$run"); packed+=("reports/$recipe/$scale/$run"); done
+    else
+        packed+=("reports/$recipe/$scale")
     fi
     left=$(( end - $(date +%s) ))
     if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
@@ -39,8 +41,14 @@ done
 for spec in "$@"; do
     "$python" -m fa_train.repro.cli report "${spec%%:*}" --scale "$scale" > /dev/null 2>&1 \
         || echo "report failed: $spec"
+    [[ $spec == *:* ]] && packed+=($(find "reports/${spec%%:*}/$scale" -maxdepth 1 -type f))
 done
-tar cf "$out/reports.tar" --exclude='*.ckpt' --exclude=checkpoints "${folders[@]}"
-find "${folders[@]}" -path '*/checkpoints/*' \( -name last.ckpt -o -name best_weights.pt \) -size -"$(( ${CKPT_MB:-16} * 1024 + 1 ))"k \
+packed=($(for path in "${packed[@]}"; do [[ -e $path ]] && echo "$path"; done | sort -u))
+tar cf "$out/reports.tar" --exclude='*.ckpt' --exclude=checkpoints "${packed[@]}"
+find "${packed[@]}" -path '*/checkpoints/*' \( -name last.ckpt -o -name best_weights.pt \) -size -"$(( ${CKPT_MB:-16} * 1024 + 1 ))"k \
     -exec tar rf "$out/reports.tar" {} + 2>/dev/null
 gzip -f "$out/reports.tar"
+size_mb=$(( $(stat -c %s "$out/reports.tar.gz") / 1048576 ))
+if (( size_mb >= ${PACK_MB:-16} )); then
+    echo "reports.tar.gz is $size_mb MiB, over PACK_MB=${PACK_MB:-16}: name fewer runs or lower CKPT_MB"
+fi

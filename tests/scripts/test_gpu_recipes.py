@@ -1,4 +1,4 @@
-"""scripts/gpu_recipes.sh: runs recipes within a time budget and packs their result folders."""
+"""scripts/gpu_recipes.sh: runs recipes within a time budget and packs the named runs' results."""
 import json
 import os
 import subprocess
@@ -62,9 +62,16 @@ def test_paused_runs_travel_with_their_small_checkpoints(tmp_path):
         with tarfile.open(tmp_path / "out/reports.tar.gz") as tar:
             return res.stdout, set(tar.getnames())
 
-    said, names = packed()
+    other = tmp_path / "reports/table2_gpt2/smoke/small-flash/checkpoints/last.ckpt"  # a run not named
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"weights")
+    said, names = packed(PACK_MB="0")
     assert "small-standard: paused" in said
     assert "reports/table2_gpt2/smoke/small-standard/checkpoints/last.ckpt" in names
+    assert "reports/table2_gpt2/smoke/results.json" in names
+    assert not any("small-flash" in name for name in names)
+    assert "MiB, over PACK_MB=0: name fewer runs or lower CKPT_MB" in said
     said, names = packed(CKPT_MB="0")
     assert "small-standard: continuing from its checkpoint" in said
+    assert "over PACK_MB" not in said
     assert not any(name.endswith(".ckpt") for name in names)
