@@ -3,9 +3,12 @@
 # and pack into OUT/reports.tar.gz each recipe's top-level files (results.json, report, plots) and the
 # folders of the runs named (all runs when none are named): checkpoints excluded, except kept ones
 # (paused runs and their best-validation weights, transfer sources) of at most CKPT_MB (default
-# 16), so that they can continue on another host. A pack over PACK_MB (default 16) is reported. Runs resume: a run that finished is skipped next
-# time; training runs pause before the budget ends (fa-repro's --time-budget) and continue next
-# time; a run cut off anyway runs again.
+# 16), so that they can continue on another host. A pack over PACK_MB (default 16) is reported.
+# Runs resume: a run that finished is skipped next time; training runs pause before the budget
+# ends (fa-repro's --time-budget) and continue next time; a run cut off anyway runs again.
+# WORK=DIR runs each recipe in DIR/<recipe>/<scale> instead of reports/<recipe>/<scale>, first
+# copied from there: a host that keeps DIR between calls (a folder the tree's copy leaves alone)
+# continues even runs whose checkpoints are too large to travel. The pack names reports/ either way.
 # Usage: scripts/gpu_recipes.sh OUT SECONDS RECIPE[:RUN,RUN,...] ...
 #   FORCE=1 reruns finished runs; SCALE=smoke|gpu|full picks another scale (default gpu);
 #   IN_PROCESS=1 runs them in one Python process (no start-up per run; for sweeps of short runs);
@@ -19,34 +22,41 @@ scale=${SCALE:-gpu}
 python=${PYTHON:-python3}
 end=$(( $(date +%s) + budget ))
 mkdir -p "$out"
+root=${WORK:-reports}
 packed=()   # what the pack holds: each recipe's top-level files, and its named runs' folders
 for spec in "$@"; do
     recipe=${spec%%:*}
+    dir=$root/$recipe/$scale
+    if [[ ! -d $dir ]] && [[ -d reports/$recipe/$scale ]]; then
+        mkdir -p "$dir" && cp -a "reports/$recipe/$scale/." "$dir/"
+    fi
     only=()
     if [[ $spec == *:* ]]; then
         IFS=, read -ra runs <<< "${spec#*:}"
-        for run in "${runs[@]}"; do only+=(--only "$run"); packed+=("reports/$recipe/$scale/$run"); done
+        for run in "${runs[@]}"; do only+=(--only "$run"); packed+=("$dir/$run"); done
     else
-        packed+=("reports/$recipe/$scale")
+        packed+=("$dir")
     fi
     left=$(( end - $(date +%s) ))
     if (( left < 30 )); then echo "budget spent: $recipe not started"; continue; fi
-    timeout -k 10 "$left" "$python" -m fa_train.repro.cli run "$recipe" --scale "$scale" --no-report \
+    timeout -k 10 "$left" "$python" -m fa_train.repro.cli run "$recipe" --scale "$scale" --out "$dir" --no-report \
         --time-budget "$(awk "BEGIN {print ($left - 15) / 60}")" \
         "${only[@]}" ${FORCE:+--force} ${IN_PROCESS:+--in-process} ${JOBS:+--jobs "$JOBS"} ${GPUS:+--gpus "$GPUS"} \
         ${PAUSE_AFTER:+--pause-after "$PAUSE_AFTER"} > "$out/$recipe.log" 2>&1
     echo "$recipe: exit $?"; grep -E '^\[[0-9]+/[0-9]+\]|: (ok|OOM|failed|error)' "$out/$recipe.log" | tail -n 30
-    pkill -f "fa_train.train .*reports/$recipe/$scale/" || true   # its own runs' stragglers only
+    pkill -f "fa_train.train .*$dir/" || true   # its own runs' stragglers only
 done
 for spec in "$@"; do
-    "$python" -m fa_train.repro.cli report "${spec%%:*}" --scale "$scale" > /dev/null 2>&1 \
+    dir=$root/${spec%%:*}/$scale
+    "$python" -m fa_train.repro.cli report "${spec%%:*}" --scale "$scale" --out "$dir" > /dev/null 2>&1 \
         || echo "report failed: $spec"
-    [[ $spec == *:* ]] && packed+=($(find "reports/${spec%%:*}/$scale" -maxdepth 1 -type f))
+    [[ $spec == *:* ]] && packed+=($(find "$dir" -maxdepth 1 -type f))
 done
 packed=($(for path in "${packed[@]}"; do [[ -e $path ]] && echo "$path"; done | sort -u))
-tar cf "$out/reports.tar" --exclude='*.ckpt' --exclude=checkpoints "${packed[@]}"
+as_reports=(--transform "s|^$root/|reports/|")
+tar cf "$out/reports.tar" "${as_reports[@]}" --exclude='*.ckpt' --exclude=checkpoints "${packed[@]}"
 find "${packed[@]}" -path '*/checkpoints/*' \( -name last.ckpt -o -name best_weights.pt \) -size -"$(( ${CKPT_MB:-16} * 1024 + 1 ))"k \
-    -exec tar rf "$out/reports.tar" {} + 2>/dev/null
+    -exec tar rf "$out/reports.tar" "${as_reports[@]}" {} + 2>/dev/null
 gzip -f "$out/reports.tar"
 size_mb=$(( $(stat -c %s "$out/reports.tar.gz") / 1048576 ))
 if (( size_mb >= ${PACK_MB:-16} )); then

@@ -75,3 +75,32 @@ def test_paused_runs_travel_with_their_small_checkpoints(tmp_path):
     assert "small-standard: continuing from its checkpoint" in said
     assert "over PACK_MB" not in said
     assert not any(name.endswith(".ckpt") for name in names)
+
+
+@pytest.mark.timeout(400)
+def test_work_folder_keeps_checkpoints_that_do_not_travel(tmp_path):
+    env = dict(os.environ, SCALE="smoke", PYTHON=sys.executable, PYTHONPATH=str(REPO),
+               PAUSE_AFTER="0.0001", WORK="build/work", CKPT_MB="0")
+    env.pop("TRITON_INTERPRET", None)
+    seeded = tmp_path / "reports/table2_gpt2/smoke/small-flash/metrics.csv"   # an earlier run's files
+    seeded.parent.mkdir(parents=True)
+    seeded.write_text("step\n")
+
+    def packed():
+        res = subprocess.run(["bash", str(REPO / "scripts/gpu_recipes.sh"), str(tmp_path / "out"),
+                              "240", "table2_gpt2:small-standard"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        with tarfile.open(tmp_path / "out/reports.tar.gz") as tar:
+            return res.stdout, set(tar.getnames())
+
+    said, names = packed()
+    assert "small-standard: paused" in said
+    assert (tmp_path / "build/work/table2_gpt2/smoke/small-flash/metrics.csv").is_file()
+    assert (tmp_path / "build/work/table2_gpt2/smoke/small-standard/checkpoints/last.ckpt").is_file()
+    assert not (tmp_path / "reports/table2_gpt2/smoke/small-standard").exists()
+    assert "reports/table2_gpt2/smoke/results.json" in names
+    assert "reports/table2_gpt2/smoke/small-standard/metrics.csv" in names
+    assert not any(name.endswith(".ckpt") or name.startswith("build") for name in names)
+    said, _ = packed()
+    assert "small-standard: continuing from its checkpoint" in said
