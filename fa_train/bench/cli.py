@@ -205,6 +205,12 @@ def build_parser():
     p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     p.add_argument("--no-graph", action="store_true",
                    help="skip the CUDA-graph decode rows (IMPL-graph; CUDA only)")
+    p.add_argument("--prompt-text", default=None,
+                   help="a text prompt in the checkpoint's tokenizer instead of a random one")
+    p.add_argument("--draft", default=None,
+                   help="a draft run (same vocabulary): adds speculative rows per --spec-trees")
+    p.add_argument("--spec-trees", type=lambda s: s.split(";"), default=["1,1,1,1"],
+                   help="draft trees, ';'-separated, each children per level (e.g. '1,1,1,1;2,2,1')")
     return parser
 
 
@@ -283,7 +289,8 @@ def configure(args):
         config = mod.GenerateBenchConfig(
             model=args.model, checkpoint=args.checkpoint, impls=args.impls,
             prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats,
-            hf=not args.no_hf, graph=not args.no_graph, **common)
+            hf=not args.no_hf, graph=not args.no_graph, prompt_text=args.prompt_text,
+            draft=args.draft, spec_trees=args.spec_trees, **common)
         return config.validate(), mod.run_generate_bench, mod.write_generate_reports
     raise AssertionError(args.command)  # pragma: no cover - argparse enforces the choices
 

@@ -9,7 +9,13 @@ Weights: a GPT-2 preset initialized at random (the same tensors are loaded into 
 ``checkpoint``: an fa-train run or a Hugging Face GPT-2 directory (transformers then loads that
 directory). Greedy decoding of ``new_tokens`` after a random ``prompt_len``-token prompt;
 ``agree_with_hf``: how many leading generated tokens equal transformers' (low precision may part
-ways after a near-tie).
+ways after a near-tie). ``prompt_text`` replaces the random prompt with text in the checkpoint's
+tokenizer.
+
+``draft`` (a smaller fa-train run or GPT-2 directory with the same vocabulary) adds speculative
+rows ``IMPL-spec W`` per draft tree ``W`` (children per node at each level, e.g. ``2,2,1``):
+eager, with the acceptance rate, the draft tokens accepted per target pass, and whether the
+output equals the eager greedy output of the same implementation, as it must.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from fa_train.bench.attention import _check_list
 from fa_train.bench.common import (RunOptions, environment, free_memory, is_oom, parse_dtype,
                                    resolve_device, short_reason, synchronize)
 from fa_train.bench.report import Table, write_reports
-from fa_train.inference import Sampling, generate
+from fa_train.inference import Sampling, generate, speculative_generate
 from fa_train.inference.hf_gpt2 import is_hf_dir, to_gpt_state
 from fa_train.models.gpt import GPT2_PRESETS
 
@@ -42,16 +48,32 @@ class GenerateBenchConfig(RunOptions):
     dtype: str = "bf16"
     hf: bool = True
     graph: bool = True  # also the CUDA-graph decode rows (CUDA only)
+    prompt_text: str | None = None
+    draft: str | None = None
+    spec_trees: list = field(default_factory=lambda: ["1,1,1,1"])
 
     def validate(self):
         self.impls = _check_list("impls", self.impls, allowed=IMPLS)
         if self.checkpoint is None and self.model not in GPT2_PRESETS:
             raise ValueError(f"model must be one of {sorted(GPT2_PRESETS)}, got {self.model!r}")
+        if self.checkpoint is None and (self.prompt_text or self.draft):
+            raise ValueError("checkpoint is required with prompt_text or draft (trained weights "
+                             "and their tokenizer), got none")
+        self.spec_trees = [parse_tree(t) for t in self.spec_trees]
         for name in ("prompt_len", "new_tokens", "repeats"):
             _check_list(name, [getattr(self, name)], positive=True)
         parse_dtype(self.dtype)
         resolve_device(self.device)
         return self
+
+
+def parse_tree(text) -> str:
+    """A draft tree as 'W,W,...' (children per node at each level, each >= 1)."""
+    widths = str(text).split(",")
+    if not all(w.strip().isdigit() and int(w) >= 1 for w in widths):
+        raise ValueError(f"spec_trees must be comma lists of integers >= 1 (e.g. 2,2,1), "
+                         f"got {text!r}")
+    return ",".join(w.strip() for w in widths)
 
 
 def hf_model(config, dtype, device):
@@ -100,6 +122,16 @@ def time_ours(model, prompt, config, cuda_graph):
     return runs[0].tokens[0], prefill_s, decode_s
 
 
+def time_speculative(target, draft, prompt, config, tree):
+    widths = [int(w) for w in tree.split(",")]
+    speculative_generate(target, draft, prompt, min(8, config.new_tokens), widths)  # warm-up
+    runs = [speculative_generate(target, draft, prompt, config.new_tokens, widths)
+            for _ in range(config.repeats)]
+    prefill_s = statistics.median([r.timing.prefill_s for r in runs])
+    decode_s = statistics.median([r.timing.decode_s for r in runs])
+    return runs[0].tokens[0], prefill_s, decode_s, runs[0].stats
+
+
 def time_hf(model, prompt, config, device):
     ids = torch.tensor([prompt], device=device)
 
@@ -131,11 +163,34 @@ def _row(config, impl, tokens, prefill_s, decode_s, reference_tokens):
                 agree_with_hf=agree)
 
 
+def make_prompt(config) -> list[int]:
+    if config.prompt_text:
+        from fa_train.inference.loading import load_gpt
+        tokenizer = load_gpt(config.checkpoint).tokenizer
+        return tokenizer.encode(config.prompt_text, add_special_tokens=False).ids
+    gen = torch.Generator().manual_seed(config.seed)
+    return torch.randint(0, 256, (config.prompt_len,), generator=gen).tolist()
+
+
+def speculative_rows(config, impl, model, prompt, device, dtype, greedy_tokens):
+    from fa_train.inference.loading import load_gpt
+    draft = load_gpt(config.draft, {"impl": impl}, device, dtype, arg="draft").model
+    rows = []
+    for tree in config.spec_trees:
+        tokens, prefill_s, decode_s, stats = time_speculative(model, draft, prompt, config, tree)
+        rows.append(dict(_row(config, f"{impl}-spec {tree}", tokens, prefill_s, decode_s, None),
+                         acceptance_rate=stats["acceptance_rate"],
+                         accepted_per_pass=stats["accepted_per_pass"],
+                         target_passes=stats["target_passes"],
+                         equal_to_greedy=tokens == greedy_tokens))
+    return rows
+
+
 def run_generate_bench(config: GenerateBenchConfig) -> list[dict]:
     device, dtype = resolve_device(config.device), parse_dtype(config.dtype)
     reference = hf_model(config, dtype, device) if config.hf else None
-    gen = torch.Generator().manual_seed(config.seed)
-    prompt = torch.randint(0, 256, (config.prompt_len,), generator=gen).tolist()
+    prompt = make_prompt(config)
+    config.prompt_len = len(prompt)
     rows, hf_tokens = [], None
     if reference is not None:
         hf_tokens, prefill_s, decode_s = time_hf(reference, prompt, config, device)
@@ -148,8 +203,10 @@ def run_generate_bench(config: GenerateBenchConfig) -> list[dict]:
             try:
                 if model is None:
                     model = our_model(config, impl, device, dtype, reference)
-                rows.append(_row(config, name, *time_ours(model, prompt, config, cuda_graph),
-                                 hf_tokens))
+                tokens, prefill_s, decode_s = time_ours(model, prompt, config, cuda_graph)
+                rows.append(_row(config, name, tokens, prefill_s, decode_s, hf_tokens))
+                if config.draft and not cuda_graph:
+                    rows += speculative_rows(config, impl, model, prompt, device, dtype, tokens)
             except Exception as exc:  # noqa: BLE001 - a failed case is a row, the others run
                 rows.append(dict(impl=name, status="oom" if is_oom(exc) else "error",
                                  reason=short_reason(exc)))
@@ -166,6 +223,10 @@ GENERATE_TABLES = (
     Table("Prefill tokens/s", _CASE, "impl", "prefill_tokens_per_s", ",.0f"),
     Table("Leading tokens equal to transformers' greedy output", _CASE, "impl", "agree_with_hf",
           "d"),
+    Table("Speculative: draft tokens accepted per target pass", _CASE, "impl",
+          "accepted_per_pass", ".2f"),
+    Table("Speculative: acceptance rate (accepted / drafted along the tree's depth)", _CASE,
+          "impl", "acceptance_rate", ".3f"),
 )
 
 
@@ -173,9 +234,16 @@ def write_generate_reports(rows, out_dir, config, name="generate"):
     if isinstance(config, dict):
         config = GenerateBenchConfig(**config)
     weights = config.checkpoint or f"{config.model}, random weights"
-    notes = [f"Weights: {weights}; {config.dtype}; batch 1, greedy; a random "
-             f"{config.prompt_len}-token prompt, {config.new_tokens} new tokens; median of "
+    prompt = f"the prompt {config.prompt_text!r}" if config.prompt_text else "a random prompt"
+    notes = [f"Weights: {weights}; {config.dtype}; batch 1, greedy; {prompt} of "
+             f"{config.prompt_len} tokens, {config.new_tokens} new tokens; median of "
              f"{config.repeats} runs after a warm-up."]
+    spec = [r for r in rows if "equal_to_greedy" in r]
+    if spec:
+        same = all(r["equal_to_greedy"] for r in spec)
+        notes.append(f"IMPL-spec W: speculative greedy decoding drafted by {config.draft} (tree "
+                     f"widths W per level, eager); output equal to the eager greedy output: "
+                     f"{'yes, every row' if same else 'NO in some rows'}.")
     if any(r["impl"].endswith("-graph") for r in rows):
         notes.append("IMPL-graph: decode steps replayed from one CUDA graph (its capture counted "
                      "in decode time); IMPL: eager decode steps.")

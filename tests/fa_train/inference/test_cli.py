@@ -3,37 +3,14 @@ import pytest
 import torch
 import yaml
 
-from fa_train.data.lm import LMDataModule
-from fa_train.data.tokenizer import train_bpe
 from fa_train.generate import main
 from fa_train.inference import Sampling, generate
-from tests.fa_train.inference.helpers import tiny_gpt
-
-TEXT = ["def generate(model, prompt):", "return the tokens of a prompt", "the model and its cache"]
+from tests.fa_train.inference.helpers import write_tiny_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """outputs/<run>/{config.yaml, checkpoints/last.ckpt} and the tokenizer where the run's
-    datamodule keeps it; returns (run folder, model, tokenizer)."""
-    root = tmp_path_factory.mktemp("gen")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(TEXT * 20))
-    data = dict(_target_="fa_train.data.lm.LMDataModule", source="text",
-                data_files=str(corpus), tokenizer="bpe", vocab_size=300, seq_len=16,
-                batch_size=2, cache_dir=str(root / "cache"))
-    model = tiny_gpt(vocab_size=300, max_seq_len=48)
-    model_cfg = dict(_target_="fa_train.models.GPT", vocab_size=300, max_seq_len=48, n_layer=2,
-                     n_head=4, d_model=32, dropout=0.0, attention={"impl": "flash"})
-    folder = root / "outputs" / "default" / "run1"
-    (folder / "checkpoints").mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump({"model": model_cfg, "data": data}))
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                "global_step": 3}, folder / "checkpoints" / "last.ckpt")
-    dm = LMDataModule(**{k: v for k, v in data.items() if k != "_target_"})
-    dm.data_dir.mkdir(parents=True)
-    tok = train_bpe(TEXT * 20, 300, dm.data_dir / "tokenizer.json")
-    return folder, model, tok
+    return write_tiny_run(tmp_path_factory.mktemp("gen"))
 
 
 def cli(capsys, checkpoint, *args):
