@@ -53,7 +53,7 @@ for spec in "$@"; do
     [[ $spec == *:* ]] && packed+=($(find "$dir" -maxdepth 1 -type f))
 done
 packed=($(for path in "${packed[@]}"; do [[ -e $path ]] && echo "$path"; done | sort -u))
-as_reports=(--transform "s|^$root/|reports/|")
+as_reports=(--transform "s|^${root#/}/|reports/|")   # tar names paths without their leading /
 tar cf "$out/reports.tar" "${as_reports[@]}" --exclude='*.ckpt' --exclude=checkpoints "${packed[@]}"
 find "${packed[@]}" -path '*/checkpoints/*' \( -name last.ckpt -o -name best_weights.pt \) -size -"$(( ${CKPT_MB:-16} * 1024 + 1 ))"k \
     -exec tar rf "$out/reports.tar" "${as_reports[@]}" {} + 2>/dev/null
