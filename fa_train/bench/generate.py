@@ -254,5 +254,6 @@ def write_generate_reports(rows, out_dir, config, name="generate"):
         notes.append("No transformers row: transformers is not importable, or the weights are "
                      "an fa-train run.")
     notes.append("")
+    tables = [t for t in GENERATE_TABLES if any(r.get(t.value) is not None for r in rows)]
     return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
-                         asdict(config), GENERATE_TABLES, (), notes)
+                         asdict(config), tables or GENERATE_TABLES, (), notes)

@@ -23,7 +23,9 @@ def test_generate_rows_and_reports(tiny_preset, tmp_path):
         assert r["end_to_end_tokens_per_s"] == pytest.approx(
             6 / (r["prefill_ms"] / 1e3 + r["decode_ms_per_token"] * 6 / 1e3))
         assert r["agree_with_hf"] is None
-    assert "| 5 | 6 |" in (tmp_path / "generate.md").read_text()
+    report = (tmp_path / "generate.md").read_text()
+    assert "| 5 | 6 |" in report
+    assert "transformers' greedy output" not in report and "Speculative" not in report
 
 
 def test_generate_bench_refuses_bad_values(tmp_path, capsys):
