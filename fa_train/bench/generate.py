@@ -112,24 +112,27 @@ def our_model(config, impl, device, dtype, reference):
     return model.to(device, dtype).eval()
 
 
+def timed(run, config):
+    """`run(new_tokens)` (a Generation) after a warm-up, `repeats` times: the first run and the
+    median prefill and decode seconds."""
+    run(min(8, config.new_tokens))
+    runs = [run(config.new_tokens) for _ in range(config.repeats)]
+    return (runs[0], statistics.median([r.timing.prefill_s for r in runs]),
+            statistics.median([r.timing.decode_s for r in runs]))
+
+
 def time_ours(model, prompt, config, cuda_graph):
-    greedy = dict(sampling=Sampling(temperature=0.0), cuda_graph=cuda_graph)
-    generate(model, [prompt], min(8, config.new_tokens), **greedy)  # warm-up
-    runs = [generate(model, [prompt], config.new_tokens, **greedy) for _ in range(config.repeats)]
-    t = [r.timing for r in runs]
-    prefill_s = statistics.median([x.prefill_s for x in t])
-    decode_s = statistics.median([x.decode_s for x in t])
-    return runs[0].tokens[0], prefill_s, decode_s
+    sampling = Sampling(temperature=0.0)
+    first, prefill_s, decode_s = timed(
+        lambda n: generate(model, [prompt], n, sampling, cuda_graph=cuda_graph), config)
+    return first.tokens[0], prefill_s, decode_s
 
 
 def time_speculative(target, draft, prompt, config, tree):
     widths = [int(w) for w in tree.split(",")]
-    speculative_generate(target, draft, prompt, min(8, config.new_tokens), widths)  # warm-up
-    runs = [speculative_generate(target, draft, prompt, config.new_tokens, widths)
-            for _ in range(config.repeats)]
-    prefill_s = statistics.median([r.timing.prefill_s for r in runs])
-    decode_s = statistics.median([r.timing.decode_s for r in runs])
-    return runs[0].tokens[0], prefill_s, decode_s, runs[0].stats
+    first, prefill_s, decode_s = timed(
+        lambda n: speculative_generate(target, draft, prompt, n, widths), config)
+    return first.tokens[0], prefill_s, decode_s, first.stats
 
 
 def time_hf(model, prompt, config, device):
@@ -165,8 +168,8 @@ def _row(config, impl, tokens, prefill_s, decode_s, reference_tokens):
 
 def make_prompt(config) -> list[int]:
     if config.prompt_text:
-        from fa_train.inference.loading import load_gpt
-        tokenizer = load_gpt(config.checkpoint).tokenizer
+        from fa_train.inference.loading import load_tokenizer
+        tokenizer = load_tokenizer(config.checkpoint)
         return tokenizer.encode(config.prompt_text, add_special_tokens=False).ids
     gen = torch.Generator().manual_seed(config.seed)
     return torch.randint(0, 256, (config.prompt_len,), generator=gen).tolist()

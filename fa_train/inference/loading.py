@@ -58,6 +58,15 @@ def run_tokenizer(cfg: dict, source: str):
     return Tokenizer.from_file(str(path))
 
 
+def load_tokenizer(path: str | Path, arg: str = "checkpoint"):
+    """The tokenizer load_gpt gives the GPT at `path`, without loading its weights."""
+    p = Path(str(path)).expanduser()
+    if hf_gpt2.is_hf_dir(p):
+        return hf_gpt2.hf_tokenizer(p)
+    ckpt = checkpoint_file(p, arg)
+    return run_tokenizer(run_config(ckpt, arg), f"fa-train run checkpoint {ckpt}")
+
+
 def load_run(path, attention: Any, arg: str) -> tuple[GPT, dict, Path]:
     ckpt = checkpoint_file(path, arg)
     cfg = run_config(ckpt, arg)
