@@ -22,7 +22,9 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
               timeout_s: 600}
       gpu:   {...}
       full:  {...}
-    metrics: {ppl: {keys: [val/ppl], unit: perplexity, fmt: ".2f"}}   # so_far: true also reads paused runs
+    metrics: {ppl: {keys: [val/ppl], unit: perplexity, fmt: ".2f"}}   # so_far: true also reads paused runs;
+             # a time or rate (keys time/..., *per_sec*, or timed: true) is not read from a run
+             # while it shared its GPU (fa-repro run --jobs)
     paper: {source: ..., hardware: ..., label: ..., tables: {...}}   # the paper's numbers
     report: {tables: [...], plots: [...],                            # how to lay them beside ours
              claims: {...}}                 # paper.claims (sentences) vs ours: fa_train.repro.claims

@@ -39,7 +39,7 @@ from typing import Any, Iterable
 import yaml
 
 from fa_train.repro.recipe import Recipe
-from fa_train.repro.runner import RESULTS_FILE, default_out_dir, load_json
+from fa_train.repro.runner import RESULTS_FILE, default_out_dir, load_json, shared_from_step
 
 TRAIN_LOSS_KEYS = ["train/loss", "train_loss", "loss", "train/loss_step"]
 
@@ -173,18 +173,28 @@ class Ours:
         if "reach" in spec:
             value = self.time_to_reach(entry, spec["reach"])[0]
             return [] if value is None else [value]
+        if is_timed(spec) and shared_from_step(entry) is not None:
+            return []
         v = first_number(metrics, spec["keys"])
         return [] if v is None else [v]
 
     def time_to_reach(self, entry: dict[str, Any], reach: dict[str, Any]) -> tuple[float | None, str]:
         """(x at the first row of the run's metrics.csv whose `curve` is at least `at_least`, e.g.
-        training seconds to a validation accuracy; else None and why: not reached, or no curve)."""
-        xs, ys = read_loss_csv(self.out_dir / entry.get("run_dir", "") / "metrics.csv",
-                               [reach["curve"]], x_key=reach.get("x", "step"))
-        if not xs:
+        training seconds to a validation accuracy; else None and why: not reached, no curve, or
+        a time measured while other runs shared the GPU)."""
+        x_key = reach.get("x", "step")
+        points = curve_points(self.out_dir / entry.get("run_dir", "") / "metrics.csv",
+                              reach["curve"], x_key)
+        if not points:
             return None, "no curve"
-        return next(((x, "") for x, y in zip(xs, ys) if y >= float(reach["at_least"])),
-                    (None, "not reached"))
+        step, x = next(((step, x) for step, x, y in points if y >= float(reach["at_least"])),
+                       (None, None))
+        if x is None:
+            return None, "not reached"
+        shared = shared_from_step(entry)
+        if x_key != "step" and shared is not None and step >= shared:
+            return None, SHARED_GPU
+        return x, ""
 
     def curve(self, run: str, key: str, x_key: str = "step") -> dict[float, float]:
         """{x: value} of column `key` of the run's metrics.csv (up to the pause for a paused run;
@@ -210,7 +220,22 @@ class Ours:
             return value, (f"{why} (paused)" if status == "paused" else why)
         if status == "diverged":
             return None, diverged_text(self.runs[run])
+        if is_timed(spec) and readable(status, spec) and shared_from_step(self.runs[run]) is not None:
+            return None, SHARED_GPU
         return None, {"ok": "n/a", "oom": "OOM", "not run": "not run"}.get(status, status)
+
+
+SHARED_GPU = "GPU shared"   # a time measured while other runs trained on the same GPU
+
+
+def is_timed(spec: dict[str, Any]) -> bool:
+    """Whether a recipe metric is a time or a rate (seconds to a level, training time, tokens/s),
+    which a run that shared its GPU does not measure for itself. `timed:` in the spec overrides."""
+    if "timed" in spec:
+        return bool(spec["timed"])
+    if "reach" in spec:
+        return str(spec["reach"].get("x", "step")).startswith("time/")
+    return any(k.startswith("time/") or "per_sec" in k for k in spec.get("keys", []))
 
 
 def diverged_text(entry: dict[str, Any]) -> str:
@@ -531,6 +556,21 @@ def nonfinite_from_step(path: Path) -> int | None:
     return int(xs[n]) if len(ys) - n >= 2 else None
 
 
+def curve_points(path: Path, key: str, x_key: str) -> list[tuple[float, float, float]]:
+    """(step, x, value) of each row of a metrics.csv that has `key` and `x_key`, in file order."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    points = []
+    for r in rows:
+        try:
+            points.append((float(r.get("step") or "nan"), float(r[x_key]), float(r[key])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return points
+
+
 def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:
     """(x, values) of the first column in `keys` present in a metrics.csv, x from column `x_key`
     (the optimizer step by default); rows without both are skipped."""
@@ -579,6 +619,9 @@ def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
         if xs:
             label = run + {"paused": " (paused: so far)", "diverged": f" ({diverged_text(entry)})"
                            }.get(entry.get("status"), "")
+            shared = shared_from_step(entry)
+            if str(plot.get("x", "")).startswith("time/") and shared is not None:
+                label += f" ({SHARED_GPU} from step {shared:,})"
             ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
             drawn.append(label)
     if not drawn:

@@ -462,7 +462,7 @@ def lra():
                      f"{_metric(run, 'test/acc', '.1f', scale=100)} | "
                      f"{_metric(run, 'global_step', '.0f', so_far=True)} | "
                      f"{fmt_cell(*ours.cell(name, 'left_majority'), ',.0f')} | "
-                     f"{_metric(run, 'tokens_per_sec_per_device', ',.0f', so_far=True)} | "
+                     f"{fmt_cell(*ours.cell(name, 'tokens_per_s'), ',.0f')} | "
                      f"{ours.device(name) or '–'} | "
                      f"{str(run.get('finished', ''))[:10]} |")
     path = "reports/table6_pathx/gpu/results.json"

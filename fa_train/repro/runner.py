@@ -567,6 +567,11 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
                  "returncode": outcome.returncode, "error": error, "metrics": metrics}
         if gpu is not None:
             entry["gpu"] = gpu
+        shared = shared_from_step(prior) if resuming else None
+        if shared is None and jobs > 1 and gpu is None:   # its timings are not its own from here
+            shared = int((prior.get("metrics") or {}).get("global_step") or 0) if resuming else 0
+        if shared is not None:
+            entry["shared_from_step"] = shared
         if status != "ok":
             entry["output_tail"] = outcome.output[-TAIL_CHARS:]
         with lock:
@@ -582,6 +587,14 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
     console.print(f"[bold]{recipe.name}/{scale}[/]: {summary}; results in {results.path}")
     return results.data
+
+
+def shared_from_step(entry: dict[str, Any]) -> int | None:
+    """The step from which a run trained while other runs shared its GPU (fa-repro run --jobs);
+    None when it always had its device to itself. Entries from before the step was recorded: 0."""
+    if "shared_from_step" in entry:
+        return entry["shared_from_step"]
+    return 0 if (entry.get("concurrent_runs") or 1) > 1 and "gpu" not in entry else None
 
 
 def failed_runs(data: dict[str, Any]) -> list[str]:

@@ -298,6 +298,7 @@ def test_jobs_run_concurrently_and_record_every_run(mini_recipe, tmp_path):
     on_disk = json.loads((tmp_path / "out" / "results.json").read_text())
     assert sorted(on_disk["runs"]) == ["base", "bench", "fast"] and on_disk == data
     assert {e["concurrent_runs"] for e in on_disk["runs"].values()} == {3}
+    assert {e["shared_from_step"] for e in on_disk["runs"].values()} == {0}   # timings not their own
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         run_recipe(mini_recipe, "smoke", tmp_path / "x", executor=slow, console=quiet(), jobs=0)
 
@@ -350,6 +351,19 @@ def test_gpus_run_one_run_per_gpu_at_a_time(mini_recipe, tmp_path):
     assert set(gpus.seen.values()) <= {"0", "1"}
     assert {n: e["gpu"] for n, e in data["runs"].items()} == gpus.seen
     assert all(e["concurrent_runs"] == 2 for e in data["runs"].values())
+    assert not any("shared_from_step" in e for e in data["runs"].values())   # alone on its GPU
+
+
+def test_a_run_continued_beside_others_records_the_step_its_gpu_became_shared(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    run_recipe(mini_recipe, "smoke", out, only="base", executor=FakeExecutor({"base": "pause"}),
+               console=quiet())
+    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause"}),
+                      console=quiet(), jobs=2)
+    assert data["runs"]["base"]["shared_from_step"] == 1    # the step it had reached alone
+    data = run_recipe(mini_recipe, "smoke", out, only="base", executor=FakeExecutor(), console=quiet())
+    assert data["runs"]["base"]["status"] == "ok"
+    assert data["runs"]["base"]["shared_from_step"] == 1    # alone again: the mark stays
 
 
 @pytest.mark.parametrize("kw, message", [

@@ -8,14 +8,15 @@ from fa_train.repro.report import Ours
 REACH = {"curve": "val/acc", "at_least": 0.35, "x": "time/train_s"}
 
 
-def _ours(tmp_path: Path, csv_text: str | None, status: str = "ok", so_far: bool = False) -> Ours:
+def _ours(tmp_path: Path, csv_text: str | None, status: str = "ok", so_far: bool = False,
+          **entry) -> Ours:
     tmp_path.mkdir(parents=True, exist_ok=True)
     metrics = {"to35": {"reach": REACH, "so_far": so_far},
                "tokens_per_s": {"keys": ["tokens_per_sec_per_device"], "so_far": so_far}}
     recipe = Recipe(tmp_path / "r.yaml", {"name": "r", "metrics": metrics, "runs": [{"name": "a"}]})
     (tmp_path / "results.json").write_text(json.dumps(
         {"runs": {"a": {"status": status, "kind": "train", "run_dir": "a",
-                        "metrics": {"tokens_per_sec_per_device": 1000.0}}}}))
+                        "metrics": {"tokens_per_sec_per_device": 1000.0}, **entry}}}))
     if csv_text is not None:
         (tmp_path / "a").mkdir()
         (tmp_path / "a" / "metrics.csv").write_text(csv_text)
@@ -66,3 +67,24 @@ def test_a_ratio_of_times_to_reach_says_a_finished_run_never_reached(tmp_path):
     assert _ratio(ours, table, "Slow", "t", spec, {"t": {"run": "slow"}}, ["t"]) == \
         (None, "not reached")
     assert _ratio(ours, table, "Base", "t", spec, {"t": {"run": "base"}}, ["t"]) == (1.0, "")
+
+
+def test_times_measured_while_other_runs_shared_the_gpu_are_not_shown(tmp_path):
+    """A run continued beside others (fa-repro run --jobs) from step 300: its time to a level
+    reached before then stands; one reached after, and its throughput, read "GPU shared"."""
+    early = _ours(tmp_path / "early", CURVE, shared_from_step=300)
+    assert early.cell("a", "to35") == (None, "GPU shared")
+    assert early.cell("a", "tokens_per_s") == (None, "GPU shared")
+    late = _ours(tmp_path / "late", CURVE, shared_from_step=500)
+    assert late.cell("a", "to35") == (23.0, "")
+    legacy = _ours(tmp_path / "legacy", CURVE, concurrent_runs=4)      # shared from the start
+    assert legacy.cell("a", "to35") == (None, "GPU shared")
+    own_gpu = _ours(tmp_path / "own", CURVE, concurrent_runs=2, gpu="1")   # --gpus: alone on it
+    assert own_gpu.cell("a", "to35") == (23.0, "") and own_gpu.cell("a", "tokens_per_s")[0] == 1000.0
+
+
+def test_which_metrics_are_timed():
+    from fa_train.repro.report import is_timed
+    assert is_timed({"keys": ["tokens_per_sec_per_device"]}) and is_timed({"keys": ["time/train_s"]})
+    assert is_timed({"reach": REACH}) and not is_timed({"reach": {**REACH, "x": "step"}})
+    assert not is_timed({"keys": ["val/acc"]}) and not is_timed({"keys": ["ms"], "timed": False})
