@@ -501,6 +501,16 @@ def _unit(unit: str | None) -> str:
     return "" if not unit else unit if unit in ("×", "%") else f" {unit}"
 
 
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _units(units: dict, columns: list[str]) -> str:
+    """The unit after a glance cell's values: the columns' one unit, none when they differ."""
+    found = {units.get(c) for c in columns}
+    return _unit(found.pop()) if len(found) == 1 else ""
+
+
 def _glance_row(recipe) -> str:
     from fa_train.repro.claims import cell_run_names
     from fa_train.repro.report import MISSING, Ours, _metric_fmt, fmt_cell, our_row, table_columns
@@ -512,14 +522,13 @@ def _glance_row(recipe) -> str:
     table = recipe.report["tables"][spec.get("table", 0)]
     ptable = recipe.paper["tables"][table["paper_table"]]
     units = ptable.get("units") or {}
-    prows, pcol = spec["paper"]["row"], spec["paper"]["column"]
-    prows = prows if isinstance(prows, list) else [prows]   # several: a trend across rows
-    pvals = [ptable["rows"][r][list(ptable["columns"]).index(pcol)] for r in prows]
+    prows, pcols = _as_list(spec["paper"]["row"]), _as_list(spec["paper"]["column"])
+    # several rows: a trend across rows, or runs that split; several columns: tasks side by side
+    pvals = [ptable["rows"][r][list(ptable["columns"]).index(c)] for r in prows for c in pcols]
     plabel = spec["paper"].get("label") or " / ".join(prows)
-    paper = (f"{plabel}, {pcol}: {' / '.join(MISSING if v is None else str(v) for v in pvals)}"
-             f"{_unit(units.get(pcol))}")
-    orows, ocol = spec["ours"]["row"], spec["ours"]["column"]
-    orows = orows if isinstance(orows, list) else [orows]  # several: runs that split, side by side
+    shown = " / ".join(MISSING if v is None else str(v) for v in pvals)
+    paper = f"{plabel}, {' / '.join(pcols)}: {shown}{_units(units, pcols)}"
+    orows, ocols = _as_list(spec["ours"]["row"]), _as_list(spec["ours"]["column"])
     columns = table_columns(recipe, table)
     # The largest scale where a row's cell has a value (a paused or failed run has none); a
     # scale's earlier protocols (folders <scale>-*, kept when a recipe's scale was redesigned)
@@ -530,7 +539,7 @@ def _glance_row(recipe) -> str:
         for folder in [root / s, *sorted(root.glob(f"{s}-*"))]:
             if (folder / "results.json").is_file():
                 ours = Ours(recipe, folder)
-                cells = [our_row(ours, table, r, columns, {})[ocol] for r in orows]
+                cells = [our_row(ours, table, r, columns, {})[c] for r in orows for c in ocols]
                 found.append((folder.name, ours, cells))
     current = [f for f in found if f[0] in SCALE_ORDER]
     chosen = next((f for f in found if any(v is not None for v, _ in f[2])),
@@ -538,16 +547,16 @@ def _glance_row(recipe) -> str:
     if chosen is None:
         return f"| {title} | {paper} | not run yet | {_claims_tally(recipe)} | {MISSING} | {MISSING} |"
     scale, ours, cells = chosen
-    col_spec = (table.get("columns") or {}).get(ocol)
-    fmt = (col_spec or {}).get("fmt") or _metric_fmt(recipe, col_spec)
-    shown = " / ".join(fmt_cell(v, why, fmt) for v, why in cells)
-    names = cell_run_names(table, orows, ocol, columns)
+    col_specs = [(table.get("columns") or {}).get(c) for c in ocols]
+    fmts = [(cs or {}).get("fmt") or _metric_fmt(recipe, cs) for cs in col_specs] * len(orows)
+    shown = " / ".join(fmt_cell(v, why, fmt) for (v, why), fmt in zip(cells, fmts))
+    names = [n for c in ocols for n in cell_run_names(table, orows, c, columns)]
     gpus = sorted({d for d in map(ours.device, names) if d}) or \
         sorted({g.split(",")[0] for g in (ours.data.get("host") or {}).get("gpus") or []})
     where = f"{' + '.join(gpus) or MISSING}, {_cell_date(ours, names)[:10]}"
     link = f"[{recipe.name}/{scale}](reports/{recipe.name}/{scale}/report.md)"
     label = spec["ours"].get("label") or " / ".join(orows)
-    return (f"| {title} | {paper} | {label}, {ocol}: {shown}{_unit(units.get(ocol))}"
+    return (f"| {title} | {paper} | {label}, {' / '.join(ocols)}: {shown}{_units(units, ocols)}"
             f" | {_claims_tally(recipe)} | {where} | {link} |")
 
 

@@ -43,11 +43,11 @@ def test_glance_has_one_row_per_recipe_with_the_papers_number():
     for row, recipe in zip(rows, recipes):
         spec = recipe.report["glance"]
         table = recipe.paper["tables"][recipe.report["tables"][0]["paper_table"]]
-        rows_ = spec["paper"]["row"] if isinstance(spec["paper"]["row"], list) else [spec["paper"]["row"]]
-        paper = " / ".join(str(table["rows"][r][list(table["columns"]).index(spec["paper"]["column"])])
-                           for r in rows_)
+        rows_, cols = (v if isinstance(v, list) else [v] for v in (spec["paper"]["row"], spec["paper"]["column"]))
+        paper = " / ".join(str(table["rows"][r][list(table["columns"]).index(c)])
+                           for r in rows_ for c in cols)
         label = spec["paper"].get("label") or " / ".join(rows_)
-        assert f"{label}, {spec['paper']['column']}: {paper}" in row
+        assert f"{label}, {' / '.join(cols)}: {paper}" in row
         assert f"reports/{recipe.name}/" in row or "not run yet" in row
 
 
@@ -100,6 +100,24 @@ def test_glance_shows_several_rows_side_by_side(mini_recipe, tmp_path, monkeypat
                                                   "updated": "2026-01-02", "runs": runs}))
     row = results._glance_row(mini_recipe)
     assert "both runs, ppl: 30.00 / paused" in row and "reports/mini/gpu/report.md" in row
+
+
+def test_glance_shows_several_columns_side_by_side(mini_recipe, tmp_path, monkeypatch):
+    """Several columns of one row (tasks): the paper's values and ours in the same order."""
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    row, cols = "Baseline", ["ppl", "speedup"]
+    mini_recipe.data["report"]["glance"] = {"paper": {"row": row, "column": cols},
+                                            "ours": {"row": row, "column": cols}}
+    out = tmp_path / "reports" / "mini" / "gpu"
+    out.mkdir(parents=True)
+    base = {"kind": "train", "run_dir": "base", "status": "ok",
+            "metrics": {"val/ppl": 30.0, "tokens_per_sec_per_device": 1000.0}}
+    (out / "results.json").write_text(json.dumps({"host": {"gpus": ["H100, 80 GiB"]},
+                                                  "updated": "2026-01-02", "runs": {"base": base}}))
+    glance = results._glance_row(mini_recipe)
+    assert f"{row}, ppl / speedup: 18.2 / 1.0 |" in glance    # the paper's (units differ: none)
+    assert f"{row}, ppl / speedup: 30.00 / 1.00 |" in glance   # ours, each column its format
 
 
 def test_glance_date_is_when_the_cells_runs_finished(mini_recipe, tmp_path, monkeypatch):
