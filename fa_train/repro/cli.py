@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="run in this process (no subprocess start-up; no OOM isolation or timeout)")
     r.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run N runs at once on this machine (accuracy studies of small models; "
-                        "their timings then share the GPU)")
+                        "reports show their times and throughput as 'GPU shared')")
     r.add_argument("--gpus", type=lambda s: s.split(","), default=None, metavar="IDS",
                    help="run one run per GPU at once (e.g. 0,1), each alone on its GPU: timings "
                         "stay the run's own")
