@@ -490,6 +490,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         console.print("CPU run: TRITON_INTERPRET=1 (Triton kernels run interpreted)")
     counts: dict[str, int] = {}
     lock = threading.Lock()   # results.json and the counts are shared by concurrent runs
+    sharing: set[str] = set()     # runs on this machine's GPU now, and those that overlapped
+    overlapped: set[str] = set()  # another there (--jobs without --gpus)
     sources = {r.init_from for r in recipe.runs(scale) if r.init_from}   # checkpoints kept for them
 
     def one(i: int, run: Run) -> None:
@@ -538,6 +540,11 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         elif prior and prior.get("status") == "paused" and not force:
             console.print(f"{prefix}: paused before, but its checkpoint is gone: starting again "
                           f"from step 0", highlight=False)
+        if jobs > 1 and gpu is None:
+            with lock:
+                sharing.add(run.name)
+                if len(sharing) > 1:
+                    overlapped.update(sharing)
         try:
             if jobs > 1:
                 console.print(f"{prefix}: started" + (f" on GPU {gpu}" if gpu else ""),
@@ -550,6 +557,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         finally:
             if gpu is not None:
                 free.put(gpu)
+            with lock:
+                sharing.discard(run.name)
         duration = time.perf_counter() - t0
         metrics = collect_metrics(run, run_dir)
         status, error = classify(outcome, metrics, bool(result_files(run, run_dir)))
@@ -568,10 +577,9 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         if gpu is not None:
             entry["gpu"] = gpu
         shared = shared_from_step(prior) if resuming else None
-        if shared is None and jobs > 1 and gpu is None:   # its timings are not its own from here
+        if shared is None and run.name in overlapped:   # its timings are not its own from here
             shared = int((prior.get("metrics") or {}).get("global_step") or 0) if resuming else 0
-        if shared is not None:
-            entry["shared_from_step"] = shared
+        entry["shared_from_step"] = shared
         if status != "ok":
             entry["output_tail"] = outcome.output[-TAIL_CHARS:]
         with lock:
@@ -591,7 +599,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
 
 def shared_from_step(entry: dict[str, Any]) -> int | None:
     """The step from which a run trained while other runs shared its GPU (fa-repro run --jobs);
-    None when it always had its device to itself. Entries from before the step was recorded: 0."""
+    None when it always had its device to itself. Entries from before the step was recorded, of
+    runs started with --jobs and without --gpus: 0."""
     if "shared_from_step" in entry:
         return entry["shared_from_step"]
     return 0 if (entry.get("concurrent_runs") or 1) > 1 and "gpu" not in entry else None

@@ -273,8 +273,8 @@ def test_in_process_executor_records_a_config_error(tmp_path):
 class SlowExecutor(FakeExecutor):
     """Counts how many runs are inside the executor at once."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, behaviour=None):
+        super().__init__(behaviour)
         self.inside = self.most = 0
         self.lock = threading.Lock()
 
@@ -351,14 +351,17 @@ def test_gpus_run_one_run_per_gpu_at_a_time(mini_recipe, tmp_path):
     assert set(gpus.seen.values()) <= {"0", "1"}
     assert {n: e["gpu"] for n, e in data["runs"].items()} == gpus.seen
     assert all(e["concurrent_runs"] == 2 for e in data["runs"].values())
-    assert not any("shared_from_step" in e for e in data["runs"].values())   # alone on its GPU
+    assert all(e["shared_from_step"] is None for e in data["runs"].values())   # alone on its GPU
 
 
 def test_a_run_continued_beside_others_records_the_step_its_gpu_became_shared(mini_recipe, tmp_path):
     out = tmp_path / "out"
     run_recipe(mini_recipe, "smoke", out, only="base", executor=FakeExecutor({"base": "pause"}),
                console=quiet())
-    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause"}),
+    data = run_recipe(mini_recipe, "smoke", out, only="base", console=quiet(), jobs=2,
+                      executor=FakeExecutor({"base": "pause"}))
+    assert data["runs"]["base"]["shared_from_step"] is None   # --jobs, but nothing ran beside it
+    data = run_recipe(mini_recipe, "smoke", out, executor=SlowExecutor({"base": "pause"}),
                       console=quiet(), jobs=2)
     assert data["runs"]["base"]["shared_from_step"] == 1    # the step it had reached alone
     data = run_recipe(mini_recipe, "smoke", out, only="base", executor=FakeExecutor(), console=quiet())
