@@ -571,6 +571,16 @@ def curve_points(path: Path, key: str, x_key: str) -> list[tuple[float, float, f
     return points
 
 
+def seconds_per_step(path: Path, until_step: int | None = None) -> float | None:
+    """Training seconds per optimizer step of a metrics.csv (its time/train_s against step),
+    over the rows before `until_step` when given; None without two such rows."""
+    points = [(step, t) for step, _, t in curve_points(path, "time/train_s", "step")
+              if until_step is None or step < until_step]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
+
 def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:
     """(x, values) of the first column in `keys` present in a metrics.csv, x from column `x_key`
     (the optimizer step by default); rows without both are skipped."""
@@ -781,9 +791,11 @@ def paused_section(ours: Ours) -> list[str]:
     lines = ["## Runs in progress (paused)", "",
              "Paused by `fa-repro run --pause-after`; the same command continues each run whose "
              "checkpoint is kept and starts the others again from step 0. Values at the pause, "
-             "not results.", "",
-             "| run | step | of | epoch | last validation | stretches | checkpoint |",
-             "|---|---|---|---|---|---|---|"]
+             "not results. \"Left\": the steps still to run (all of them when the checkpoint "
+             "is not kept) at the seconds per step the run measured while it had its GPU alone "
+             "(validation excluded).", "",
+             "| run | step | of | epoch | last validation | stretches | checkpoint | left (min) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, e in paused:
         m = e.get("metrics") or {}
         config_file = ours.out_dir / e.get("run_dir", name) / "config.yaml"
@@ -792,9 +804,14 @@ def paused_section(ours: Ours) -> list[str]:
         val = ", ".join(f"{k} {fmt_value(v)}" for k, v in sorted(m.items())
                         if k.startswith("val/") and isinstance(v, (int, float)))
         kept = (ours.out_dir / e.get("run_dir", name) / "checkpoints" / "last.ckpt").is_file()
+        rate = seconds_per_step(ours.out_dir / e.get("run_dir", name) / "metrics.csv",
+                                shared_from_step(e))
+        step = m.get("global_step") if kept else 0   # without its checkpoint it starts again
+        left = (fmt_value((total - step) * rate / 60, ".1f") if rate and isinstance(total, int)
+                and isinstance(step, int) else MISSING)
         lines.append(f"| {name} | {m.get('global_step', MISSING)} | {total or MISSING} | "
                      f"{m.get('epoch', MISSING)} | {val or MISSING} | {e.get('stretches', 1)} | "
-                     f"{'kept' if kept else 'not kept'} |")
+                     f"{'kept' if kept else 'not kept'} | {left} |")
     return lines + [""]
 
 

@@ -92,16 +92,21 @@ def test_paused_runs_show_progress_and_curves_so_far(mini_recipe, tmp_path):
     write_results(out, {"base": entry})
     text = render_report(mini_recipe, "gpu", out).read_text()
     assert "| Baseline | ours (gpu) | paused |" in text          # no final number from a pause
-    assert "| base | 40 | 100 | 3 | val/loss 9.5 | 2 | not kept |" in text
+    assert "| base | 40 | 100 | 3 | val/loss 9.5 | 2 | not kept | – |" in text   # no times logged
     assert "Runs that did not finish" not in text
     assert (out / "loss.png").stat().st_size > 1000 and "](loss.png)" in text
     entry["started"], entry["finished"] = "2026-01-02T00:00:00+00:00", "2026-01-02T00:10:00+00:00"
     write_results(out, {"base": entry})
     (out / "base" / "checkpoints").mkdir()
     (out / "base" / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (out / "base" / "metrics.csv").write_text(
+        "epoch,step,time/train_s,train/loss\n0,10,600,9.0\n0,20,1200,8.0\n0,30,1500,7.0\n")
     text = render_report(mini_recipe, "gpu", out).read_text()
-    assert "| base | 40 | 100 | 3 | val/loss 9.5 | 2 | kept |" in text
+    assert "| base | 40 | 100 | 3 | val/loss 9.5 | 2 | kept | 45.0 |" in text   # 60 steps of 45 s
     assert "Runs made 2026-01-02T00:00:00+00:00 to 2026-01-02T00:10:00+00:00" in text
+    for shared, left in ((25, "60.0"), (15, "–")):   # timed only while it had the GPU alone
+        write_results(out, {"base": dict(entry, shared_from_step=shared)})
+        assert f"| 2 | kept | {left} |" in render_report(mini_recipe, "gpu", out).read_text()
 
 
 def test_diverged_runs_say_where_whether_recorded_so_or_only_by_their_loss(mini_recipe, tmp_path):
