@@ -29,19 +29,17 @@ Recipe `report:` block::
 """
 from __future__ import annotations
 
-import csv
 import math
-import re
 import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
+from fa_train.repro.metrics_csv import (curve_points, nonfinite_from_step, read_loss_csv,
+                                        seconds_per_step)
 from fa_train.repro.recipe import Recipe
 from fa_train.repro.runner import RESULTS_FILE, default_out_dir, load_json, shared_from_step
-
-TRAIN_LOSS_KEYS = ["train/loss", "train_loss", "loss", "train/loss_step"]
 
 MISSING = "–"
 
@@ -536,227 +534,9 @@ def _metric_fmt(recipe: Recipe, spec: dict | None) -> str | None:
     return recipe.metrics.get(spec.get("metric"), {}).get("fmt")
 
 
-# ------------------------------------------------------------------------------------------------
-# Plots
-# ------------------------------------------------------------------------------------------------
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def nonfinite_from_step(path: Path) -> int | None:
-    """The step from which every training loss logged in a metrics.csv is not finite, when the
-    last two or more are (one NaN at the end may be a skipped fp16 step); else None."""
-    xs, ys = read_loss_csv(path, TRAIN_LOSS_KEYS)
-    n = len(ys)
-    while n and not math.isfinite(ys[n - 1]):
-        n -= 1
-    return int(xs[n]) if len(ys) - n >= 2 else None
-
-
-def curve_points(path: Path, key: str, x_key: str) -> list[tuple[float, float, float]]:
-    """(step, x, value) of each row of a metrics.csv that has `key` and `x_key`, in file order."""
-    if not path.exists():
-        return []
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    points = []
-    for r in rows:
-        try:
-            points.append((float(r.get("step") or "nan"), float(r[x_key]), float(r[key])))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return points
-
-
-def seconds_per_step(path: Path, until_step: int | None = None) -> float | None:
-    """Training seconds per optimizer step of a metrics.csv (its time/train_s against step),
-    over the rows before `until_step` when given; None without two such rows."""
-    points = [(step, t) for step, _, t in curve_points(path, "time/train_s", "step")
-              if until_step is None or step < until_step]
-    if len(points) < 2 or points[-1][0] <= points[0][0]:
-        return None
-    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
-
-
-def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:
-    """(x, values) of the first column in `keys` present in a metrics.csv, x from column `x_key`
-    (the optimizer step by default); rows without both are skipped."""
-    if not path.exists():
-        return [], []
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows:
-        return [], []
-    key = next((k for k in keys if k in rows[0]), None)
-    if key is None:
-        return [], []
-    xs, ys = [], []
-    for i, r in enumerate(rows):
-        try:
-            y = float(r[key])
-        except (TypeError, ValueError):
-            continue
-        if x_key != "step":
-            try:
-                x = float(r[x_key])
-            except (KeyError, TypeError, ValueError):
-                continue
-        else:
-            try:
-                x = float(r.get("step") or r.get("trainer/global_step") or i)
-            except ValueError:
-                x = float(i)
-        xs.append(x)
-        ys.append(y)
-    return xs, ys
-
-
-def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
-    plt = _pyplot()
-    keys = plot.get("keys") or TRAIN_LOSS_KEYS
-    runs = plot.get("runs") or [n for n, e in ours.runs.items() if e.get("kind") == "train"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = []
-    for run in runs:
-        entry = ours.runs.get(run)
-        if not entry or entry.get("status") not in ("ok", "paused", "diverged"):
-            continue
-        xs, ys = read_loss_csv(ours.out_dir / entry.get("run_dir", run) / "metrics.csv", keys,
-                               x_key=plot.get("x", "step"))
-        if xs:
-            label = run + {"paused": " (paused: so far)", "diverged": f" ({diverged_text(entry)})"
-                           }.get(entry.get("status"), "")
-            shared = shared_from_step(entry)
-            if str(plot.get("x", "")).startswith("time/") and shared is not None:
-                label += f" ({SHARED_GPU} from step {shared:,})"
-            ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
-            drawn.append(label)
-    if not drawn:
-        plt.close(fig)
-        return drawn
-    ax.set_xlabel(plot.get("xlabel", "optimizer step"))
-    ax.set_ylabel(plot.get("ylabel", "training loss"))
-    ax.set_title(plot.get("title", "training loss"))
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return drawn
-
-
-def plot_xy(series: dict[str, list[tuple[float, float]]], plot: dict[str, Any], path: Path,
-            xlabel: str, ylabel: str, styles: dict[str, dict[str, Any]] | None = None) -> list[str]:
-    """Draw one line per series (matplotlib keywords per series in `styles`); return the series
-    drawn, none when there is nothing to draw. Many series get a legend beside the axes."""
-    series = {k: sorted(v) for k, v in series.items() if v}
-    if not series:
-        return []
-    plt = _pyplot()
-    many = len(series) > 8
-    fig, ax = plt.subplots(figsize=(10.5, 5.5) if many else (7, 4.5))
-    colors = plt.get_cmap("tab20").colors
-    for i, (name, pts) in enumerate(series.items()):
-        style = {"marker": "o", "color": colors[i % len(colors)] if many else None,
-                 **(styles or {}).get(name, {})}
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=str(name), **style)
-    if plot.get("logx"):
-        ax.set_xscale("log", base=2)
-    if plot.get("logy"):
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(plot.get("title", ylabel))
-    if many:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    else:
-        ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return list(series)
-
-
 def _metric_label(recipe: Recipe, metric: str) -> str:
     spec = recipe.metrics.get(metric, {})
     return f"{spec.get('label', metric)}" + (f" ({spec['unit']})" if spec.get("unit") else "")
-
-
-def plot_train_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
-    """One line per `group_label` value: metric `y` against run label `x_label`."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    for run in ours.recipe.run_names():
-        entry = ours.runs.get(run)
-        if not entry or entry.get("kind") != "train":
-            continue
-        labels = entry.get("labels") or {}
-        if plot.get("where") and not matches(labels, plot["where"]):
-            continue
-        x, y = labels.get(plot["x_label"]), ours.metric(run, plot["y"])
-        if x is None or y is None:
-            continue
-        series.setdefault(str(labels.get(plot.get("group_label"), run)), []).append((float(x), y))
-    return plot_xy(series, plot, path, plot.get("xlabel", plot["x_label"]),
-                   _metric_label(ours.recipe, plot["y"]))
-
-
-POSITION_KEY = re.compile(r"^(?P<stage>\w+)/loss_pos(?P<lo>\d+)-(?P<hi>\d+)$")
-
-
-def plot_by_position(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
-    """One line per run of `runs` (default: all that logged it): its last loss by position in the
-    window (`stage`/loss_pos<lo>-<hi>, stage val by default) against the bucket's last position,
-    on a log axis."""
-    stage = plot.get("stage", "val")
-    series: dict[str, list[tuple[float, float]]] = {}
-    for run in plot.get("runs") or ours.recipe.run_names():
-        entry = ours.runs.get(run) or {}
-        if entry.get("status") not in ("ok", "paused"):
-            continue
-        label = run + (" (paused: so far)" if entry["status"] == "paused" else "")
-        for key, value in (entry.get("metrics") or {}).items():
-            m = POSITION_KEY.match(key)
-            if m and m["stage"] == stage and isinstance(value, (int, float)):
-                series.setdefault(label, []).append((float(m["hi"]), float(value)))
-    return plot_xy(series, {"logx": True, **plot}, path,
-                   plot.get("xlabel", "position in the window (end of each bucket)"),
-                   plot.get("ylabel", f"{stage} loss at those positions (nats)"))
-
-
-def plot_bench_xy(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
-    """Metric `y` against record field `x`: one line per value of record field `group` of `run`
-    (records matching `where`), or of several runs at once, each a side ``{run, where, label,
-    legend, style}`` of `sides` (`label`: the record field naming a line, as in the claims;
-    `legend`: its text, "{}" standing for that name; `style`: matplotlib keywords). ``per:
-    <field>`` divides each value by a record field (``batch``: per sequence, for runs of
-    different batch sizes; say so in `ylabel`). A line whose records ran out of memory says from
-    which x in its legend."""
-    from fa_train.repro.claims import first_oom, side_points   # they build on this module's readers
-    sides = plot.get("sides") or [{"run": plot["run"], "where": plot.get("where"),
-                                   "label": plot.get("group")}]
-    spec = {"metric": plot["y"], "x": plot["x"], "per": plot.get("per")}
-    series: dict[str, list[tuple[float, float]]] = {}
-    styles: dict[str, dict[str, Any]] = {}
-    for side in sides:
-        ooms = first_oom(ours, spec, side)
-        for x, points in side_points(ours, spec, side).items():
-            for point in points:
-                name = side.get("legend", "{}").format(point.label)
-                if point.label in ooms:
-                    name += f" (OOM from {plot['x']} {ooms[point.label]:g})"
-                series.setdefault(name, []).append((x, point.value))
-                styles[name] = side.get("style") or {}
-    ylabel = plot.get("ylabel") or _metric_label(ours.recipe, plot["y"]) + (
-        f" / {plot['per']}" if plot.get("per") else "")
-    return plot_xy(series, plot, path, plot.get("xlabel", plot["x"]), ylabel, styles)
-
-
-PLOTTERS = {"loss": plot_loss, "train_xy": plot_train_xy, "bench_xy": plot_bench_xy,
-            "by_position": plot_by_position}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -817,6 +597,7 @@ def paused_section(ours: Ours) -> list[str]:
 
 def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None) -> Path:
     """Write <out>/report.md and its PNGs; return the report's path."""
+    from fa_train.repro.plots import PLOTTERS   # the plots build on this module's Ours
     out = Path(out_dir) if out_dir else default_out_dir(recipe, scale)
     out.mkdir(parents=True, exist_ok=True)
     ours = Ours(recipe, out)

@@ -248,7 +248,7 @@ def context_draws(ours) -> list[str]:
     validation loss nearer flash-4k's than its own context's means fewer spans per step explain
     most of the lag; nearer its own context's, the context length does. With the loss by position
     in the window, which shows how much of its context a model uses."""
-    from fa_train.repro.report import POSITION_KEY
+    from fa_train.repro.plots import POSITION_KEY
 
     def val(run, key="val/loss"):
         entry = ours.runs.get(run) or {}

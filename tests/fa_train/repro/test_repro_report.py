@@ -176,7 +176,7 @@ def test_one_bench_plot_draws_several_runs_per_sequence(mini_recipe, tmp_path, m
     ran out of memory says from which x."""
     import matplotlib.pyplot as plt
 
-    from fa_train.repro.report import plot_bench_xy
+    from fa_train.repro.plots import plot_bench_xy
     out = tmp_path / "reports"
 
     def rows(impl, batches, ooms=()):
@@ -206,7 +206,7 @@ def test_one_bench_plot_draws_several_runs_per_sequence(mini_recipe, tmp_path, m
 def test_loss_by_position_plot_draws_runs_that_logged_it(mini_recipe, tmp_path, monkeypatch):
     """One line per run from its last val/loss_pos<lo>-<hi> values, x at each bucket's end; runs
     without them are left out; an unknown plot type is named by the recipe check."""
-    from fa_train.repro import report
+    from fa_train.repro import plots
     out = tmp_path / "reports"
     base, _ = train_entry("base", 30.0, 1000.0, None)
     base["metrics"].update({"val/loss_pos0-1": 7.0, "val/loss_pos1-2": 5.0, "val/loss_pos2-4": 4.0,
@@ -214,12 +214,12 @@ def test_loss_by_position_plot_draws_runs_that_logged_it(mini_recipe, tmp_path, 
     fast, _ = train_entry("fast", 30.0, 1000.0, None)
     write_results(out, {"base": base, "fast": fast})
     drawn = {}
-    monkeypatch.setattr(report, "plot_xy", lambda series, plot, path, xlabel, ylabel, styles=None:
+    monkeypatch.setattr(plots, "plot_xy", lambda series, plot, path, xlabel, ylabel, styles=None:
                         drawn.update(series=series, logx=plot["logx"]) or list(series))
     plot = {"type": "by_position", "title": "by position", "file": "pos.png"}
-    assert report.plot_by_position(Ours(mini_recipe, out), plot, out / "pos.png") == ["base"]
+    assert plots.plot_by_position(Ours(mini_recipe, out), plot, out / "pos.png") == ["base"]
     assert sorted(drawn["series"]["base"]) == [(1.0, 7.0), (2.0, 5.0), (4.0, 4.0)] and drawn["logx"]
     mini_recipe.data["report"]["plots"].append({"type": "by_postion", "title": "typo"})
     assert any("type must be one of loss, train_xy, bench_xy, by_position, got 'by_postion'" in p
                for p in validate_recipe(mini_recipe))
-    assert set(report.PLOTTERS) == set(PLOT_TYPES)
+    assert set(plots.PLOTTERS) == set(PLOT_TYPES)

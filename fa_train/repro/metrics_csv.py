@@ -1,0 +1,77 @@
+"""Readers of a training run's metrics.csv (one row per logged step; columns such as step,
+time/train_s, train/loss, val/acc): curves, times per step, and where a loss stopped being finite."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+TRAIN_LOSS_KEYS = ["train/loss", "train_loss", "loss", "train/loss_step"]
+
+
+def nonfinite_from_step(path: Path) -> int | None:
+    """The step from which every training loss logged in a metrics.csv is not finite, when the
+    last two or more are (one NaN at the end may be a skipped fp16 step); else None."""
+    xs, ys = read_loss_csv(path, TRAIN_LOSS_KEYS)
+    n = len(ys)
+    while n and not math.isfinite(ys[n - 1]):
+        n -= 1
+    return int(xs[n]) if len(ys) - n >= 2 else None
+
+
+def curve_points(path: Path, key: str, x_key: str) -> list[tuple[float, float, float]]:
+    """(step, x, value) of each row of a metrics.csv that has `key` and `x_key`, in file order."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    points = []
+    for r in rows:
+        try:
+            points.append((float(r.get("step") or "nan"), float(r[x_key]), float(r[key])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return points
+
+
+def seconds_per_step(path: Path, until_step: int | None = None) -> float | None:
+    """Training seconds per optimizer step of a metrics.csv (its time/train_s against step),
+    over the rows before `until_step` when given; None without two such rows."""
+    points = [(step, t) for step, _, t in curve_points(path, "time/train_s", "step")
+              if until_step is None or step < until_step]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
+
+def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:
+    """(x, values) of the first column in `keys` present in a metrics.csv, x from column `x_key`
+    (the optimizer step by default); rows without both are skipped."""
+    if not path.exists():
+        return [], []
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return [], []
+    key = next((k for k in keys if k in rows[0]), None)
+    if key is None:
+        return [], []
+    xs, ys = [], []
+    for i, r in enumerate(rows):
+        try:
+            y = float(r[key])
+        except (TypeError, ValueError):
+            continue
+        if x_key != "step":
+            try:
+                x = float(r[x_key])
+            except (KeyError, TypeError, ValueError):
+                continue
+        else:
+            try:
+                x = float(r.get("step") or r.get("trainer/global_step") or i)
+            except ValueError:
+                x = float(i)
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
