@@ -160,6 +160,8 @@ class Ours:
     def values(self, entry: dict[str, Any], spec: dict[str, Any], where: dict | None) -> list[float]:
         metrics = entry.get("metrics") or {}
         where = {**(spec.get("where") or {}), **(where or {})}
+        if is_timed(spec) and "reach" not in spec and shared_from_step(entry) is not None:
+            return []
         if entry.get("kind") == "bench":
             out = []
             for rec in bench_records(metrics):
@@ -171,8 +173,6 @@ class Ours:
         if "reach" in spec:
             value = self.time_to_reach(entry, spec["reach"])[0]
             return [] if value is None else [value]
-        if is_timed(spec) and shared_from_step(entry) is not None:
-            return []
         v = first_number(metrics, spec["keys"])
         return [] if v is None else [v]
 
@@ -226,14 +226,18 @@ class Ours:
 SHARED_GPU = "GPU shared"   # a time measured while other runs trained on the same GPU
 
 
+TIME_UNITS = {"µs", "ms", "s", "min", "h"}
+
+
 def is_timed(spec: dict[str, Any]) -> bool:
-    """Whether a recipe metric is a time or a rate (seconds to a level, training time, tokens/s),
-    which a run that shared its GPU does not measure for itself. `timed:` in the spec overrides."""
+    """Whether a recipe metric is a time or a rate (its unit a time or per second, MFU, seconds to
+    a level), which a run that shared its GPU did not measure for itself. `timed:` overrides."""
     if "timed" in spec:
         return bool(spec["timed"])
     if "reach" in spec:
         return str(spec["reach"].get("x", "step")).startswith("time/")
-    return any(k.startswith("time/") or "per_sec" in k for k in spec.get("keys", []))
+    unit = str(spec.get("unit") or "")
+    return unit in TIME_UNITS or "/s" in unit or "mfu" in spec.get("keys", [])
 
 
 def diverged_text(entry: dict[str, Any]) -> str:

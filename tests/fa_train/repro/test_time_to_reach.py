@@ -12,7 +12,8 @@ def _ours(tmp_path: Path, csv_text: str | None, status: str = "ok", so_far: bool
           **entry) -> Ours:
     tmp_path.mkdir(parents=True, exist_ok=True)
     metrics = {"to35": {"reach": REACH, "so_far": so_far},
-               "tokens_per_s": {"keys": ["tokens_per_sec_per_device"], "so_far": so_far}}
+               "tokens_per_s": {"keys": ["tokens_per_sec_per_device"], "unit": "tokens/s",
+                                "so_far": so_far}}
     recipe = Recipe(tmp_path / "r.yaml", {"name": "r", "metrics": metrics, "runs": [{"name": "a"}]})
     (tmp_path / "results.json").write_text(json.dumps(
         {"runs": {"a": {"status": status, "kind": "train", "run_dir": "a",
@@ -84,7 +85,23 @@ def test_times_measured_while_other_runs_shared_the_gpu_are_not_shown(tmp_path):
 
 
 def test_which_metrics_are_timed():
+    """Times and rates by their unit (and MFU), times to a level by their x; `timed:` overrides."""
     from fa_train.repro.report import is_timed
-    assert is_timed({"keys": ["tokens_per_sec_per_device"]}) and is_timed({"keys": ["time/train_s"]})
+    for unit in ("s", "min", "ms", "tokens/s/GPU", "TFLOP/s"):
+        assert is_timed({"keys": ["x"], "unit": unit}), unit
+    for unit in ("%", "GiB", "steps", "M tokens", "nats", None):
+        assert not is_timed({"keys": ["x"], "unit": unit}), unit
+    assert is_timed({"keys": ["mfu"], "unit": "%"}) and not is_timed({"keys": ["ms"], "unit": "ms",
+                                                                      "timed": False})
     assert is_timed({"reach": REACH}) and not is_timed({"reach": {**REACH, "x": "step"}})
-    assert not is_timed({"keys": ["val/acc"]}) and not is_timed({"keys": ["ms"], "timed": False})
+
+
+def test_a_benchmark_timed_beside_other_runs_shows_no_time(tmp_path):
+    recipe = Recipe(tmp_path / "r.yaml", {"name": "r", "runs": [{"name": "b", "kind": "bench"}],
+                                          "metrics": {"ms": {"keys": ["ms"], "unit": "ms"}}})
+    entry = {"status": "ok", "kind": "bench", "run_dir": "b",
+             "metrics": {"attention.json": {"rows": [{"impl": "flash", "ms": 1.5}]}}}
+    (tmp_path / "results.json").write_text(json.dumps({"runs": {"b": entry}}))
+    assert Ours(recipe, tmp_path).cell("b", "ms") == (1.5, "")
+    (tmp_path / "results.json").write_text(json.dumps({"runs": {"b": dict(entry, shared_from_step=0)}}))
+    assert Ours(recipe, tmp_path).cell("b", "ms") == (None, "GPU shared")
