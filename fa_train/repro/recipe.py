@@ -23,8 +23,8 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
       gpu:   {...}
       full:  {...}
     metrics: {ppl: {keys: [val/ppl], unit: perplexity, fmt: ".2f"}}   # so_far: true also reads paused runs;
-             # a time or rate (keys time/..., *per_sec*, or timed: true) is not read from a run
-             # while it shared its GPU (fa-repro run --jobs)
+             # a time or rate (unit s, min, ms, .../s; MFU; or timed: true) is not read from a
+             # run while it shared its GPU (fa-repro run --jobs)
     paper: {source: ..., hardware: ..., label: ..., tables: {...}}   # the paper's numbers
     report: {tables: [...], plots: [...],                            # how to lay them beside ours
              claims: {...}}                 # paper.claims (sentences) vs ours: fa_train.repro.claims

@@ -224,8 +224,6 @@ class Ours:
 
 
 SHARED_GPU = "GPU shared"   # a time measured while other runs trained on the same GPU
-
-
 TIME_UNITS = {"µs", "ms", "s", "min", "h"}
 
 
