@@ -5,7 +5,8 @@
 # (paused runs and their best-validation weights, transfer sources) of at most CKPT_MB (default
 # 16), so that they can continue on another host. A pack over PACK_MB (default 16) is reported.
 # Runs resume: a run that finished is skipped next time; training runs pause before the budget
-# ends (fa-repro's --time-budget) and continue next time; a run cut off anyway runs again.
+# ends (fa-repro's --time-budget) and continue next time; a run cut off anyway runs again. The
+# paused runs' table of each report (step reached, training minutes left) is printed last.
 # WORK=DIR runs each recipe in DIR/<recipe>/<scale> instead of reports/<recipe>/<scale>, first
 # copied from there: a host that keeps DIR between calls (a folder the tree's copy leaves alone)
 # continues even runs whose checkpoints are too large to travel. The pack names reports/ either way.
@@ -50,6 +51,7 @@ for spec in "$@"; do
     dir=$root/${spec%%:*}/$scale
     "$python" -m fa_train.repro.cli report "${spec%%:*}" --scale "$scale" --out "$dir" > /dev/null 2>&1 \
         || echo "report failed: $spec"
+    sed -n '/^## Runs in progress/,/^## Runs$/{/^| /p}' "$dir/report.md" 2>/dev/null   # what is left
     [[ $spec == *:* ]] && packed+=($(find "$dir" -maxdepth 1 -type f))
 done
 packed=($(for path in "${packed[@]}"; do [[ -e $path ]] && echo "$path"; done | sort -u))

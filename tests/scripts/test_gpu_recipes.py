@@ -67,6 +67,7 @@ def test_paused_runs_travel_with_their_small_checkpoints(tmp_path):
     other.write_bytes(b"weights")
     said, names = packed(PACK_MB="0")
     assert "small-standard: paused" in said
+    assert "| run | step | of |" in said and "\n| small-standard | " in said   # what is left
     assert "reports/table2_gpt2/smoke/small-standard/checkpoints/last.ckpt" in names
     assert "reports/table2_gpt2/smoke/results.json" in names
     assert not any("small-flash" in name for name in names)
