@@ -5,8 +5,9 @@
 # (paused runs and their best-validation weights, transfer sources) of at most CKPT_MB (default
 # 16), so that they can continue on another host. A pack over PACK_MB (default 16) is reported.
 # Runs resume: a run that finished is skipped next time; training runs pause before the budget
-# ends (fa-repro's --time-budget) and continue next time; a run cut off anyway runs again. The
-# paused runs' table of each report (step reached, training minutes left) is printed last.
+# ends (fa-repro's --time-budget) and continue next time, before the others and the nearest to
+# its end first; a run cut off anyway runs again. The paused runs' table of each report (step
+# reached, training minutes left) is printed last.
 # WORK=DIR runs each recipe in DIR/<recipe>/<scale> instead of reports/<recipe>/<scale>, first
 # copied from there: a host that keeps DIR between calls (a folder the tree's copy leaves alone)
 # continues even runs whose checkpoints are too large to travel. The pack names reports/ either way.

@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep each training run's checkpoints/ (deleted by default: GBs per run)")
     r.add_argument("--pause-after", type=_minutes, default=None, metavar="MINUTES",
                    help="pause each training run after MINUTES of wall time, keeping its "
-                        "checkpoint; running the recipe again continues it")
+                        "checkpoint; running the recipe again continues it, paused runs first and "
+                        "the nearest to their end first")
     r.add_argument("--time-budget", type=_minutes, default=None, metavar="MINUTES",
                    help="end within MINUTES (a batch job's limit): training runs pause in time, "
                         "runs that would start too late wait for the next invocation")

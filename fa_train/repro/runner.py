@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+import yaml
+
 from fa_train.repro.recipe import Recipe, RecipeError, Run
 from fa_train.utils.run_dir import release_run_dir
 
@@ -350,6 +352,25 @@ def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
             and (run_dir / "checkpoints" / "last.ckpt").is_file())
 
 
+def continue_first(runs: list[Run], results: "Results", out: Path) -> list[Run]:
+    """`runs` with the paused runs that keep their checkpoint first, those with the smallest share
+    of their steps left first (within a time budget they finish rather than wait behind long
+    runs); the others keep recipe order."""
+    def share_left(run: Run) -> float:
+        config_file = out / run.name / "config.yaml"
+        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+        total = ((config or {}).get("trainer") or {}).get("max_steps")
+        step = (results.run(run.name).get("metrics") or {}).get("global_step")
+        if isinstance(total, int) and total > 0 and isinstance(step, int):
+            return 1 - step / total
+        return 1.0
+
+    paused = sorted((r for r in runs if resumable(results.run(r.name), r, out / r.name)),
+                    key=share_left)
+    names = {r.name for r in paused}
+    return paused + [r for r in runs if r.name not in names]
+
+
 def with_session_overrides(run: Run, run_dir: Path, resuming: bool, pause_after: float | None,
                            pause_at: float | None = None) -> Run:
     """The run with this invocation's own keys: ``init_from`` (its source run's folder beside
@@ -438,7 +459,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     recipe keeps metrics, not weights.
 
     `pause_after` (minutes) pauses each training run after that much wall time; the paused run
-    keeps its checkpoint, and running the recipe again continues it where it stopped.
+    keeps its checkpoint, and running the recipe again continues it where it stopped, before
+    the runs not yet started (`continue_first`).
 
     `time_budget` (minutes) ends the whole invocation in time (a batch job's time limit): each
     training run pauses (``pause_at``) END_MARGIN_S before the end, other runs get the time left
@@ -466,6 +488,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     out = (Path(out_dir) if out_dir else default_out_dir(recipe, scale)).resolve()
     runs = recipe.runs(scale, only=only)
     results = Results(out, recipe, scale)
+    if not force:
+        runs = continue_first(runs, results, out)
     executor = executor or SubprocessExecutor()
     sc = recipe.scale(scale)
     console.print(f"[bold]{recipe.name}[/] — {recipe.title}\n"

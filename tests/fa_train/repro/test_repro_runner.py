@@ -159,6 +159,29 @@ def test_a_paused_run_without_its_checkpoint_starts_over(mini_recipe, tmp_path):
     assert data["runs"]["base"]["stretches"] == 1
 
 
+def test_paused_runs_continue_first_the_nearest_to_their_end_first(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause", "fast": "pause"}),
+               console=quiet())
+    for name, max_steps in (("base", 100), ("fast", 4)):   # both paused at step 1
+        (out / name / "config.yaml").write_text(f"trainer:\n  max_steps: {max_steps}\n")
+    (out / "bench" / "attention.json").unlink()            # bench must run again too
+    again = FakeExecutor()
+    run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
+    assert again.calls == ["fast", "base", "bench"]
+
+    run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause", "fast": "pause"}),
+               console=quiet(), force=True)
+    (out / "base" / "config.yaml").write_text("trainer: {}\n")   # an unknown length goes last
+    (out / "fast" / "config.yaml").write_text("trainer:\n  max_steps: 100\n")
+    again = FakeExecutor()
+    run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet(), only=["base", "fast"])
+    assert again.calls == ["fast", "base"]
+    forced = FakeExecutor()
+    run_recipe(mini_recipe, "smoke", out, executor=forced, console=quiet(), force=True)
+    assert forced.calls == ["base", "fast", "bench"]                 # --force: recipe order
+
+
 class ClockExecutor(FakeExecutor):
     """Each run takes `seconds` of (monkeypatched) monotonic time and records its timeout."""
 
