@@ -172,7 +172,7 @@ def test_paused_runs_continue_first_the_nearest_to_their_end_first(mini_recipe, 
 
     run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause", "fast": "pause"}),
                console=quiet(), force=True)
-    (out / "base" / "config.yaml").write_text("trainer: {}\n")   # an unknown length goes last
+    (out / "base" / "config.yaml").write_text("trainer: {}\n")   # unknown length: last of the paused
     (out / "fast" / "config.yaml").write_text("trainer:\n  max_steps: 100\n")
     again = FakeExecutor()
     run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet(), only=["base", "fast"])
