@@ -34,12 +34,11 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from fa_train.repro.metrics_csv import (curve_points, nonfinite_from_step, read_loss_csv,
                                         seconds_per_step)
 from fa_train.repro.recipe import Recipe
-from fa_train.repro.runner import RESULTS_FILE, default_out_dir, load_json, shared_from_step
+from fa_train.repro.runner import (RESULTS_FILE, default_out_dir, load_json, planned_steps,
+                                   shared_from_step)
 
 MISSING = "–"
 
@@ -580,16 +579,14 @@ def paused_section(ours: Ours) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for name, e in paused:
         m = e.get("metrics") or {}
-        config_file = ours.out_dir / e.get("run_dir", name) / "config.yaml"
-        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
-        total = lookup(config, "trainer.max_steps")
+        run_dir = ours.out_dir / e.get("run_dir", name)
+        total = planned_steps(run_dir)
         val = ", ".join(f"{k} {fmt_value(v)}" for k, v in sorted(m.items())
                         if k.startswith("val/") and isinstance(v, (int, float)))
-        kept = (ours.out_dir / e.get("run_dir", name) / "checkpoints" / "last.ckpt").is_file()
-        rate = seconds_per_step(ours.out_dir / e.get("run_dir", name) / "metrics.csv",
-                                shared_from_step(e))
+        kept = (run_dir / "checkpoints" / "last.ckpt").is_file()
+        rate = seconds_per_step(run_dir / "metrics.csv", shared_from_step(e))
         step = m.get("global_step") if kept else 0   # without its checkpoint it starts again
-        left = (fmt_value((total - step) * rate / 60, ".1f") if rate and isinstance(total, int)
+        left = (fmt_value((total - step) * rate / 60, ".1f") if rate and total
                 and isinstance(step, int) else MISSING)
         lines.append(f"| {name} | {m.get('global_step', MISSING)} | {total or MISSING} | "
                      f"{m.get('epoch', MISSING)} | {val or MISSING} | {e.get('stretches', 1)} | "

@@ -352,18 +352,23 @@ def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
             and (run_dir / "checkpoints" / "last.ckpt").is_file())
 
 
+def planned_steps(run_dir: Path) -> int | None:
+    """The optimizer steps a training run is set to run (trainer.max_steps of the config.yaml it
+    saved in `run_dir`); None when unknown."""
+    config_file = run_dir / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+    total = ((config or {}).get("trainer") or {}).get("max_steps")
+    return total if isinstance(total, int) and total > 0 else None
+
+
 def continue_first(runs: list[Run], results: "Results", out: Path) -> list[Run]:
     """`runs` with the paused runs that keep their checkpoint first, those with the smallest share
     of their steps left first (within a time budget they finish rather than wait behind long
     runs); the others keep recipe order."""
     def share_left(run: Run) -> float:
-        config_file = out / run.name / "config.yaml"
-        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
-        total = ((config or {}).get("trainer") or {}).get("max_steps")
+        total = planned_steps(out / run.name)
         step = (results.run(run.name).get("metrics") or {}).get("global_step")
-        if isinstance(total, int) and total > 0 and isinstance(step, int):
-            return 1 - step / total
-        return 1.0
+        return 1 - step / total if total and isinstance(step, int) else 1.0
 
     paused = sorted((r for r in runs if resumable(results.run(r.name), r, out / r.name)),
                     key=share_left)
