@@ -147,11 +147,12 @@ def build_trainer(cfg, out_dir: Path, extra_callbacks=()):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from fa_train.callbacks import PerfMonitor
+    from fa_train.callbacks import GpuNeighbours, PerfMonitor
     callbacks = [instantiate(c, _convert_="all") for c in (cfg.get("callbacks") or {}).values()
                  if c is not None]
-    if not any(isinstance(c, PerfMonitor) for c in callbacks):
-        callbacks.append(PerfMonitor())
+    for always in (PerfMonitor, GpuNeighbours):
+        if not any(isinstance(c, always) for c in callbacks):
+            callbacks.append(always())
     loggers = [instantiate(c, _convert_="all") for c in (cfg.get("logger") or {}).values()
                if c is not None]
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)

@@ -7,7 +7,7 @@ devices, precision; at the end: global_step, epoch, wall_time_s, every final log
 (val/loss, val/ppl, val/acc, test/... at the final weights, test_at_best_val/... at the best
 validation's), BestWeights' best_val/acc and best_val/step, PerfMonitor's summary
 (tokens_per_sec_per_device, mfu, peak_memory_gib, flops_per_token, ...), tokens_per_sec
-(per device x world_size) and world_size,
+(per device x world_size) and world_size, GpuNeighbours' gpu_shared_from_step and gpu_watch,
 train_loss_first, train_loss_last, loss_start / loss_end (means of the first / last 10 optimizer
 steps), block-sparse layout statistics, checkpoint, loss_curve, metrics_csv; diverged_at_step
 when training diverged.
@@ -27,6 +27,7 @@ import lightning as L
 from fa_train.callbacks.best_weights import BestWeights
 from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.divergence import StopOnDivergence
+from fa_train.callbacks.gpu_neighbours import GpuNeighbours
 from fa_train.callbacks.history import LossHistory
 from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
@@ -120,6 +121,9 @@ class RunRecord(L.Callback):
         best = self._callback(BestWeights)
         if best is not None:
             m.update(best.summary)
+        neighbours = self._callback(GpuNeighbours)
+        if neighbours is not None:
+            m.update(neighbours.summary)
         perf = self._callback(PerfMonitor)
         if perf is not None:
             m.update(perf.summary)

@@ -608,6 +608,9 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         shared = shared_from_step(prior) if resuming else None
         if shared is None and run.name in overlapped:   # its timings are not its own from here
             shared = int((prior.get("metrics") or {}).get("global_step") or 0) if resuming else 0
+        seen = metrics.get("gpu_shared_from_step")   # another job its own watch saw
+        if isinstance(seen, int):
+            shared = seen if shared is None else min(shared, seen)
         entry["shared_from_step"] = shared
         if status != "ok":
             entry["output_tail"] = outcome.output[-TAIL_CHARS:]
@@ -627,9 +630,10 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
 
 
 def shared_from_step(entry: dict[str, Any]) -> int | None:
-    """The step from which a run trained while other runs shared its GPU (fa-repro run --jobs);
-    None when it always had its device to itself. Entries from before the step was recorded, of
-    runs started with --jobs and without --gpus: 0."""
+    """The step from which a run trained while other runs shared its GPU (fa-repro run --jobs, or
+    another job that the run's own watch saw: fa_train.callbacks.gpu_neighbours); None when it
+    always had its device to itself. Entries from before the step was recorded, of runs started
+    with --jobs and without --gpus: 0."""
     if "shared_from_step" in entry:
         return entry["shared_from_step"]
     return 0 if (entry.get("concurrent_runs") or 1) > 1 and "gpu" not in entry else None

@@ -392,6 +392,30 @@ def test_a_run_continued_beside_others_records_the_step_its_gpu_became_shared(mi
     assert data["runs"]["base"]["shared_from_step"] == 1    # alone again: the mark stays
 
 
+class NeighbourSeen(FakeExecutor):
+    """A run whose own watch saw another job on its GPU from the given step."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def __call__(self, run, run_dir, timeout_s):
+        outcome = super().__call__(run, run_dir, timeout_s)
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        (run_dir / "metrics.json").write_text(json.dumps({**metrics, "gpu_shared_from_step": self.step}))
+        return outcome
+
+
+def test_a_job_the_run_saw_on_its_gpu_marks_it_shared_from_that_step(mini_recipe, tmp_path):
+    out = tmp_path / "out"
+    data = run_recipe(mini_recipe, "smoke", out, only="base", executor=NeighbourSeen(7),
+                      console=quiet(), gpus=["0"])
+    assert data["runs"]["base"]["shared_from_step"] == 7
+    data = run_recipe(mini_recipe, "smoke", out, only="fast", executor=NeighbourSeen(None),
+                      console=quiet(), gpus=["0"])
+    assert data["runs"]["fast"]["shared_from_step"] is None   # its watch saw the GPU alone
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"gpus": ["0", "0"]}, "distinct device numbers"), ({"gpus": ["a"]}, "distinct device numbers"),
     ({"gpus": ["0", "1"], "jobs": 2}, "not both"),
