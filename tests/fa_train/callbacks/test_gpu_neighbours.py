@@ -3,6 +3,8 @@ import os
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from fa_train.callbacks.gpu_neighbours import GpuNeighbours, ancestors, parse_compute_apps
 
 ME = os.getpid()
@@ -77,3 +79,24 @@ def test_off_cuda_the_watch_stays_idle():
     w.on_train_start(SimpleNamespace(global_step=0), SimpleNamespace(device=SimpleNamespace(type="cpu")))
     w.teardown(None, None, "fit")
     assert w.summary == {} and w._thread is None
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_another_process_holding_it_is_seen():
+    import subprocess
+    import sys
+
+    import torch
+    torch.ones(1, device="cuda")   # this process now holds a context on its GPU
+    w = GpuNeighbours(parent_of=lambda pid: None)   # the holder below counts as another job
+    w.poll(1)
+    assert w.listed and w.shared_from_step is None
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, torch; torch.ones(1, device='cuda');"
+                               " print('ready', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        w.poll(2)
+    finally:
+        holder.communicate("")
+    assert w.shared_from_step == 1
