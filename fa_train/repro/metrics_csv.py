@@ -19,19 +19,37 @@ def nonfinite_from_step(path: Path) -> int | None:
     return int(xs[n]) if len(ys) - n >= 2 else None
 
 
-def curve_points(path: Path, key: str, x_key: str) -> list[tuple[float, float, float]]:
-    """(step, x, value) of each row of a metrics.csv that has `key` and `x_key`, in file order."""
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a metrics.csv (none when it does not exist)."""
     if not path.exists():
         return []
     with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+        return list(csv.DictReader(fh))
+
+
+def _number(row: dict[str, str], key: str) -> float | None:
+    try:
+        return float(row[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _points(rows: list[dict[str, str]], key: str, x_key: str) -> list[tuple[float, float, float]]:
     points = []
-    for r in rows:
-        try:
-            points.append((float(r.get("step") or "nan"), float(r[x_key]), float(r[key])))
-        except (KeyError, TypeError, ValueError):
-            continue
+    for i, r in enumerate(rows):
+        step = _number(r, "step")
+        step = step if step is not None else _number(r, "trainer/global_step")
+        step = step if step is not None else float(i)
+        x, y = step if x_key == "step" else _number(r, x_key), _number(r, key)
+        if x is not None and y is not None:
+            points.append((step, x, y))
     return points
+
+
+def curve_points(path: Path, key: str, x_key: str) -> list[tuple[float, float, float]]:
+    """(step, x, value) of each row of a metrics.csv that has `key` and `x_key`, in file order; the
+    step is the row's number where the file has no step column."""
+    return _points(read_rows(path), key, x_key)
 
 
 def seconds_per_step(path: Path, until_step: int | None = None) -> float | None:
@@ -47,31 +65,7 @@ def seconds_per_step(path: Path, until_step: int | None = None) -> float | None:
 def read_loss_csv(path: Path, keys: list[str], x_key: str = "step") -> tuple[list[float], list[float]]:
     """(x, values) of the first column in `keys` present in a metrics.csv, x from column `x_key`
     (the optimizer step by default); rows without both are skipped."""
-    if not path.exists():
-        return [], []
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows:
-        return [], []
-    key = next((k for k in keys if k in rows[0]), None)
-    if key is None:
-        return [], []
-    xs, ys = [], []
-    for i, r in enumerate(rows):
-        try:
-            y = float(r[key])
-        except (TypeError, ValueError):
-            continue
-        if x_key != "step":
-            try:
-                x = float(r[x_key])
-            except (KeyError, TypeError, ValueError):
-                continue
-        else:
-            try:
-                x = float(r.get("step") or r.get("trainer/global_step") or i)
-            except ValueError:
-                x = float(i)
-        xs.append(x)
-        ys.append(y)
-    return xs, ys
+    rows = read_rows(path)
+    key = next((k for k in keys if rows and k in rows[0]), None)
+    points = _points(rows, key, x_key) if key else []
+    return [x for _, x, _ in points], [y for _, _, y in points]
