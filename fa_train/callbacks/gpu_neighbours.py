@@ -85,15 +85,13 @@ class GpuNeighbours(L.Callback):
         me = os.getpid()
         mine = {uuid for pid, uuid in apps if pid == me}
         self.listed |= bool(mine)
-        others = [pid for pid, uuid in apps if uuid in mine and not self._ours(pid, me)]
+        above = ancestors(me, self.parent_of)   # this process and those that started it
+        others = [pid for pid, uuid in apps if uuid in mine and pid not in above
+                  and me not in ancestors(pid, self.parent_of)]   # nor one it started
         if not others:
             self._alone_step = step
         elif self.shared_from_step is None:
             self.shared_from_step = self._alone_step
-
-    def _ours(self, pid: int, me: int) -> bool:
-        """`pid` is this process, one below it, or one above it."""
-        return me in ancestors(pid, self.parent_of) or pid in ancestors(me, self.parent_of)
 
     def on_train_start(self, trainer, pl_module):
         if pl_module.device.type != "cuda":
