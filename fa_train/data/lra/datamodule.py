@@ -47,6 +47,14 @@ def _atomic_dir(final: Path, fill) -> Path:
     return final
 
 
+def _gen_workers(n) -> int:
+    """Generator processes: `n`, or 0 for one per CPU core this process may use."""
+    n = int(n)
+    if n < 0:
+        raise UserError(f"data.gen_workers must be >= 0 (0: one per CPU core), got {n}")
+    return n or len(os.sched_getaffinity(0))
+
+
 def _flatten(x) -> np.ndarray:
     return np.asarray(x).reshape(-1)
 
@@ -72,7 +80,7 @@ class ListOpsDataModule(SequenceClassificationDataModule):
         self.data_dir, self.cache_dir = data_dir, cache_dir
         self.max_length = int(max_length)
         self.n = (n_train, n_val, n_test)
-        self.gen_workers = int(gen_workers)
+        self.gen_workers = _gen_workers(gen_workers)
 
     def _generated_dir(self) -> Path:
         n_tr, n_va, n_te = (x if x is not None else d for x, d in zip(self.n, (2000, 200, 200)))
@@ -108,7 +116,8 @@ class PathfinderDataModule(SequenceClassificationDataModule):
     data_dir: a level folder or a root holding `pathfinder{R}/curv_contour_length_{L}/` (LRA
     release PNGs or `fa-data pathfinder` shards); split 80/10/10 deterministically (n_* cap the
     splits). None: generate n_train + n_val + n_test images (default 800/100/100) from `gen_seed`
-    into `cache_dir` once, in parallel with `gen_workers` processes. `seed` only drives shuffling."""
+    into `cache_dir` once, in parallel with `gen_workers` processes (0: one per CPU core). `seed`
+    only drives shuffling."""
 
     def __init__(self, resolution: int = 32, difficulty: str = "hard", data_dir: str | None = None,
                  cache_dir: str = DEFAULT_CACHE, n_train: int | None = None,
@@ -122,7 +131,7 @@ class PathfinderDataModule(SequenceClassificationDataModule):
         self.resolution, self.difficulty = int(resolution), difficulty
         self.data_dir, self.cache_dir = data_dir, cache_dir
         self.n = (n_train, n_val, n_test)
-        self.gen_workers, self.split_seed = int(gen_workers), int(split_seed)
+        self.gen_workers, self.split_seed = _gen_workers(gen_workers), int(split_seed)
         self.num_distractors = num_distractors
 
     def _gen_counts(self) -> tuple[int, int, int]:

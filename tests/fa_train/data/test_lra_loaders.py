@@ -1,16 +1,18 @@
 """LRA Text / Retrieval / Image loaders and the LRA DataModules, on tiny fixtures in the real formats."""
+import os
 import pickle
 
 import numpy as np
 import pytest
 import torch
 
-from fa_train.data.lra import (ImageDataModule, PathfinderDataModule, RetrievalDataModule,
-                               TextDataModule)
+from fa_train.data.lra import (ImageDataModule, ListOpsDataModule, PathfinderDataModule,
+                               RetrievalDataModule, TextDataModule)
 from fa_train.data.lra import image as image_mod
 from fa_train.data.lra import pathfinder as pf
 from fa_train.data.lra import retrieval as retrieval_mod
 from fa_train.data.lra import text as text_mod
+from fa_train.errors import UserError
 
 
 def _check_batch(batch, b, length, towers=1):
@@ -130,6 +132,15 @@ def test_pathfinder_datamodule_generates_and_reads(tmp_path):
     assert [len(dm2.datasets[k]) for k in ("train", "val", "test")] == [16, 2, 2]
     with pytest.raises(FileNotFoundError, match="curv_contour_length"):
         PathfinderDataModule(resolution=64, data_dir=str(tmp_path / "rel")).setup()
+
+
+def test_gen_workers_zero_means_every_core():
+    cores = len(os.sched_getaffinity(0))
+    assert PathfinderDataModule(gen_workers=0).gen_workers == cores
+    assert ListOpsDataModule(gen_workers=0).gen_workers == cores
+    assert PathfinderDataModule(gen_workers=3).gen_workers == 3
+    with pytest.raises(UserError, match=r"data.gen_workers must be >= 0"):
+        PathfinderDataModule(gen_workers=-1)
 
 
 def test_collator_sends_no_mask_when_nothing_is_padding():
