@@ -20,6 +20,7 @@ from fa_train.data.lra import listops as listops_mod
 from fa_train.data.lra import pathfinder as pf
 from fa_train.data.lra import retrieval as retrieval_mod
 from fa_train.data.lra import text as text_mod
+from fa_train.data.lm import info
 from fa_train.data.lra.base import MapDataset, SequenceClassificationDataModule, take
 from fa_train.errors import UserError
 
@@ -53,6 +54,13 @@ def _gen_workers(n) -> int:
     if n < 0:
         raise UserError(f"data.gen_workers must be >= 0 (0: one per CPU core), got {n}")
     return n or len(os.sched_getaffinity(0))
+
+
+def _told(summary: dict, what: str, n: int) -> dict:
+    """Report a generation's size, time and rate (the generator's summary) to the run's log."""
+    info(f"generated {n} {what} in {summary['seconds']:.1f} s "
+         f"({n / max(summary['seconds'], 1e-9):.0f}/s, gen_workers={summary['workers']})")
+    return summary
 
 
 def _flatten(x) -> np.ndarray:
@@ -91,8 +99,9 @@ class ListOpsDataModule(SequenceClassificationDataModule):
             listops_mod.find_split_files(self.data_dir)  # clear error when missing
             return
         n_tr, n_va, n_te = (x if x is not None else d for x, d in zip(self.n, (2000, 200, 200)))
-        _atomic_dir(self._generated_dir(), lambda d: listops_mod.write_listops(
-            d, n_tr, n_va, n_te, seed=self.gen_seed, workers=self.gen_workers, progress=False))
+        _atomic_dir(self._generated_dir(), lambda d: _told(listops_mod.write_listops(
+            d, n_tr, n_va, n_te, seed=self.gen_seed, workers=self.gen_workers, progress=False),
+            "ListOps examples", n_tr + n_va + n_te))
 
     def build(self) -> dict[str, Dataset]:
         self.prepare_data()
@@ -149,9 +158,10 @@ class PathfinderDataModule(SequenceClassificationDataModule):
             pf.find_level(Path(self.data_dir), self.resolution, self.params.contour_length)
             return
         total = sum(self._gen_counts())
-        _atomic_dir(self._generated_dir(), lambda d: pf.generate_pathfinder(
+        _atomic_dir(self._generated_dir(), lambda d: _told(pf.generate_pathfinder(
             d, self.resolution, self.difficulty, total, seed=self.gen_seed, workers=self.gen_workers,
-            fmt="npy", num_distractors=self.num_distractors, progress=False))
+            fmt="npy", num_distractors=self.num_distractors, progress=False),
+            f"Pathfinder-{self.resolution} images", total))
 
     def build(self) -> dict[str, Dataset]:
         self.prepare_data()

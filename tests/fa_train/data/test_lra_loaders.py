@@ -1,6 +1,7 @@
 """LRA Text / Retrieval / Image loaders and the LRA DataModules, on tiny fixtures in the real formats."""
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -111,10 +112,15 @@ def test_cifar_loader_grayscale_split(tmp_path):
         image_mod.load_cifar10_gray(tmp_path / "nope")
 
 
-def test_pathfinder_datamodule_generates_and_reads(tmp_path):
+def test_pathfinder_datamodule_generates_and_reads(tmp_path, capsys):
     dm = PathfinderDataModule(resolution=32, cache_dir=str(tmp_path), n_train=8, n_val=2, n_test=2,
                               batch_size=4, gen_seed=1)
     dm.setup()
+    assert re.search(r"generated 12 Pathfinder-32 images in [0-9.]+ s \([0-9]+/s, gen_workers=1\)",
+                     capsys.readouterr().out)
+    PathfinderDataModule(resolution=32, cache_dir=str(tmp_path), n_train=8, n_val=2, n_test=2,
+                         gen_seed=1).setup()
+    assert "generated" not in capsys.readouterr().out   # the second reads the cache
     assert (dm.vocab_size, dm.seq_len, dm.num_classes) == (256, 1024, 2)
     assert [len(dm.datasets[k]) for k in ("train", "val", "test")] == [8, 2, 2]
     batch = next(iter(dm.train_dataloader()))
