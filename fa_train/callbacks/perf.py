@@ -105,15 +105,10 @@ class PerfMonitor(L.Callback):
         if fpt:
             s["flops_per_token"] = fpt
             s["model_tflops_per_sec_per_device"] = tps * fpt / 1e12
-        if pl_module.device.type == "cuda":
-            name = torch.cuda.get_device_name(pl_module.device)
-            s["device_name"] = name
-            peak = gpu_peak_flops(name)
-            if fpt and peak:
-                s["mfu"] = tps * fpt / peak
-            s["peak_memory_gib"] = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
-        else:
-            s["device_name"] = "cpu"
+        s.update(self._device_facts(pl_module))
+        peak = gpu_peak_flops(s["device_name"])
+        if fpt and peak:
+            s["mfu"] = tps * fpt / peak
         self.summary = s
         if log:
             # CPU tensors: Python numbers would become (blocking) copies to the GPU
@@ -121,6 +116,16 @@ class PerfMonitor(L.Callback):
                        if isinstance(v, (int, float))}
             pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
 
+    @staticmethod
+    def _device_facts(pl_module) -> dict:
+        """The device's name and this process's peak GPU memory so far."""
+        if pl_module.device.type != "cuda":
+            return {"device_name": "cpu"}
+        return {"device_name": torch.cuda.get_device_name(pl_module.device),
+                "peak_memory_gib": torch.cuda.max_memory_allocated(pl_module.device) / 2**30}
+
     def on_train_end(self, trainer, pl_module):
         if not self._final:
             self._update(trainer, pl_module, log=False)
+        if not self.summary:   # too few steps for a timing window: the device is still known
+            self.summary = self._device_facts(pl_module)

@@ -28,6 +28,18 @@ def test_perf_monitor_and_loss_history_on_cpu():
     assert [step for step, _ in hist.val] == [4, 8]
 
 
+def test_perf_monitor_names_the_device_when_too_few_steps_were_timed():
+    """A resumed stretch shorter than the warm-up has no tokens/s, but still its device."""
+    dm = FakeLMDataModule(batch_size=4, seq_len=16, vocab_size=32, n_train=16)
+    model = GPT(vocab_size=32, max_seq_len=16, n_layer=1, n_head=2, d_model=32, attention="sdpa")
+    perf = PerfMonitor(warmup_steps=100)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, callbacks=[perf])
+    trainer.fit(LanguageModelingTask(model, optimizer={"name": "adamw", "lr": 1e-3}), datamodule=dm)
+    assert trainer.global_step == 4 and perf.summary == {"device_name": "cpu"}
+
+
 def test_precision_aliases():
     from fa_train.train import resolve_precision
     assert resolve_precision("fp16-mixed") == "16-mixed"
