@@ -107,7 +107,8 @@ class ListOpsDataModule(SequenceClassificationDataModule):
         self.prepare_data()
         root = self.data_dir if self.data_dir is not None else self._generated_dir()
         files = listops_mod.find_split_files(root)
-        self.vocab_size, self.seq_len, self.num_classes = listops_mod.VOCAB_SIZE, self.max_length, 10
+        self.vocab_size, self.seq_len = listops_mod.VOCAB_SIZE, self.max_length
+        self.num_classes = listops_mod.NUM_CLASSES
         self.pad_id = listops_mod.PAD_ID
         out = {}
         for (split, f), n in zip(files.items(), self.n):

@@ -252,7 +252,7 @@ def write_listops(out: str | os.PathLike, n_train: int = 96_000, n_val: int = 2_
     for name, part in splits.items():
         write_tsv(out / SPLIT_FILES[name], part)
     lengths = [len(tokens_of(s)) for s, _ in rows]
-    counts = np.bincount([lab for _, lab in rows], minlength=10)
+    counts = np.bincount([lab for _, lab in rows], minlength=NUM_CLASSES)
     summary = {
         "dir": str(out), "n_train": n_train, "n_val": n_val, "n_test": n_test, "seed": seed,
         "workers": workers, "seconds": round(time.perf_counter() - t0, 3),
