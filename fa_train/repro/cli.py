@@ -114,14 +114,17 @@ def cmd_list() -> int:
 
 
 def cmd_merge(source: str, into: str | None, only: list[str] | None) -> int:
-    from fa_train.repro.merge import merge_results
+    from fa_train.repro.merge import merge_results, release_merged_sources
     try:
         dest, taken = merge_results(source, into, only)
+        released = release_merged_sources(dest)
     except RecipeError as exc:
         print(f"fa-repro: {exc}", file=sys.stderr)
         return 2
     print(f"{dest}: {len(taken)} run(s) merged" + (f" ({', '.join(taken)})" if taken else "")
           + "; fa-repro report renders it")
+    for name in released:
+        print(f"{name}: checkpoint deleted (every run that starts from it is done)")
     return 0
 
 

@@ -4,7 +4,8 @@ Each run of the source whose entry finished later than this folder's (or that th
 replaces it: the results.json entry, with the source folder's paths in its command and overrides
 rewritten to this folder's, and the run's whole folder, where the records that point at its files
 (metrics.json, config.yaml, hparams.yaml) are rewritten the same way; logs stay as written.
-Earlier or equal entries stay as they are.
+Earlier or equal entries stay as they are. Then the checkpoints kept for transfers that are all done
+go (`release_merged_sources`), as after `fa-repro run`.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fa_train.repro.recipe import RecipeError, load_recipe
-from fa_train.repro.runner import RESULTS_FILE, Results, default_out_dir, load_json
+from fa_train.repro.runner import RESULTS_FILE, Results, default_out_dir, load_json, release_sources
 
 RECORDS = ("metrics.json", "config.yaml", "hparams.yaml")   # a run's files that name its paths
 
@@ -91,3 +92,13 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
         ours.record(name, entry)
         taken.append(name)
     return dest, taken
+
+
+def release_merged_sources(dest: Path | str) -> list[str]:
+    """`release_sources` for the recipe and scale that `dest`'s results.json holds."""
+    dest = Path(dest)
+    data = load_json(dest / RESULTS_FILE) or {}
+    if "recipe" not in data or "scale" not in data:
+        return []
+    recipe = load_recipe(data["recipe"])
+    return release_sources(recipe, data["scale"], dest, Results(dest, recipe, data["scale"]))

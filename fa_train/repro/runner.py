@@ -12,8 +12,8 @@ entry says ``ok`` and whose result file still exists is skipped when the recipe 
 paused run continues from its checkpoint (``resume=<run folder>``); every other status is retried.
 
 A run with ``init_from: SOURCE`` (transfer, e.g. Path-64 -> Path-X) starts from SOURCE's final
-weights (``init_from=<out>/SOURCE``): it runs after SOURCE, whose checkpoint is kept for it, and
-waits (no entry) while SOURCE is not ok.
+weights (``init_from=<out>/SOURCE``): it runs after SOURCE, whose checkpoint is kept until every
+run that starts from it is done, and waits (no entry) while SOURCE is not ok.
 """
 from __future__ import annotations
 
@@ -346,6 +346,20 @@ def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
             and bool(result_files(run, run_dir)))
 
 
+def release_sources(recipe: Recipe, scale: str, out: Path, results: "Results") -> list[str]:
+    """Delete the checkpoints kept for transfers (`init_from`) once the source and every run of
+    `scale` that starts from it are done; return the sources released."""
+    runs = recipe.runs(scale)
+    released = []
+    for source in sorted({r.init_from for r in runs if r.init_from}):
+        ckpt = out / source / "checkpoints"
+        family = [r for r in runs if source in (r.name, r.init_from)]
+        if ckpt.is_dir() and all(is_done(results.run(r.name), r, out / r.name) for r in family):
+            shutil.rmtree(ckpt)
+            released.append(source)
+    return released
+
+
 def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
     """A paused training run whose checkpoint is still in its folder."""
     return (run.kind == "train" and bool(entry) and entry.get("status") == "paused"
@@ -460,8 +474,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     (CUDA_VISIBLE_DEVICES; the entry records `gpu`): its timings are its own.
 
     Training checkpoints (checkpoints/ in each run folder; GBs at the gpu scale) are deleted
-    after each run unless `keep_checkpoints` or another run starts from them (`init_from`): a
-    recipe keeps metrics, not weights.
+    after each run unless `keep_checkpoints` or another run starts from them (`init_from`; then
+    once those runs are done: `release_sources`): a recipe keeps metrics, not weights.
 
     `pause_after` (minutes) pauses each training run after that much wall time; the paused run
     keeps its checkpoint, and running the recipe again continues it where it stopped, before
@@ -624,6 +638,10 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
 
     number = {run.name: i for i, run in enumerate(runs, 1)}
     run_in_order(runs, lambda run: one(number[run.name], run), jobs)
+    if not keep_checkpoints:
+        for source in release_sources(recipe, scale, out, results):
+            console.print(f"{source}: checkpoint deleted (every run that starts from it is done)",
+                          highlight=False)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
     console.print(f"[bold]{recipe.name}/{scale}[/]: {summary}; results in {results.path}")
     return results.data

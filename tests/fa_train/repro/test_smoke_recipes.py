@@ -43,8 +43,8 @@ def test_smoke_scale_runs_on_cpu(path, tmp_path):
             assert entry["metrics"]["global_step"] == entry["overrides"].get("trainer.max_steps",
                                                                             SMOKE_STEPS)
             assert (out / name / "metrics.csv").exists()
-            kept = any(r.init_from == name for r in recipe.runs("smoke"))   # a transfer's source
-            assert (out / name / "checkpoints").exists() == kept     # else deleted after the run
+            # deleted after the run, or a transfer's source's once the transfer is done too
+            assert not (out / name / "checkpoints").exists()
         else:
             assert any(isinstance(v, dict) and v.get("rows") for v in entry["metrics"].values())
     text = render_report(recipe, "smoke", out).read_text()

@@ -3,6 +3,7 @@ import io
 import json
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -38,10 +39,13 @@ class Trainer:
     """Fake training runs: each writes metrics.json and a checkpoint, or fails when told to."""
 
     def __init__(self, fail=()):
-        self.fail, self.calls = set(fail), []
+        self.fail, self.calls, self.sources_found = set(fail), [], {}
 
     def __call__(self, run, run_dir, timeout_s):
         self.calls.append((run.name, dict(run.overrides)))
+        if "init_from" in run.overrides:
+            ckpt = Path(run.overrides["init_from"]) / "checkpoints" / "last.ckpt"
+            self.sources_found[run.name] = ckpt.is_file()
         if run.name in self.fail:
             return Outcome(1, "ValueError: broken\n")
         (run_dir / "checkpoints").mkdir(exist_ok=True)
@@ -68,9 +72,38 @@ def test_a_run_starts_from_its_sources_kept_checkpoint(make_recipe, tmp_path, jo
     assert overrides["tuned"]["init_from"] == str(out / "pre")
     assert "init_from" not in overrides["pre"] and "init_from" not in overrides["alone"]
     assert data["runs"]["tuned"]["overrides"]["init_from"] == str(out / "pre")
-    assert (out / "pre" / "checkpoints" / "last.ckpt").is_file()         # kept for tuned
+    assert trainer.sources_found == {"tuned": True}                       # kept for tuned,
+    assert not (out / "pre" / "checkpoints").exists()                     # then released
     assert not (out / "tuned" / "checkpoints").exists()                   # nobody starts from it
     assert not (out / "alone" / "checkpoints").exists()
+
+
+def test_a_source_keeps_its_checkpoint_while_a_run_from_it_is_not_done(make_recipe, tmp_path):
+    out = tmp_path / "out"
+    data, said = _run(make_recipe, out, Trainer(fail={"tuned"}))
+    assert data["runs"]["tuned"]["status"] == "failed"
+    assert (out / "pre" / "checkpoints" / "last.ckpt").is_file() and "deleted" not in said
+    data, said = _run(make_recipe, out, Trainer())                      # tuned again: now done
+    assert data["runs"]["tuned"]["status"] == "ok"
+    assert not (out / "pre" / "checkpoints").exists()
+    assert "pre: checkpoint deleted (every run that starts from it is done)" in said
+    _run(make_recipe, out, Trainer(), force=True, keep_checkpoints=True)
+    assert (out / "pre" / "checkpoints" / "last.ckpt").is_file()          # asked to keep
+
+
+def test_a_merge_releases_the_sources_it_completes(make_recipe, tmp_path, monkeypatch, capsys):
+    from fa_train.repro import cli
+    monkeypatch.setenv("FA_RECIPES_DIR", str(make_recipe("transfer", TRANSFER).path.parent))
+    here, host = tmp_path / "here", tmp_path / "host"
+    _run(make_recipe, here, Trainer(fail={"tuned"}))                     # pre kept for tuned
+    results = json.loads((here / "results.json").read_text())
+    results["runs"]["tuned"]["finished"] = "2026-01-01T00:00:00+00:00"   # before the host's
+    (here / "results.json").write_text(json.dumps(results))
+    _run(make_recipe, host, Trainer())                                   # another machine: both
+    assert cli.main(["merge", str(host), "--into", str(here), "--only", "tuned"]) == 0
+    said = capsys.readouterr().out
+    assert "1 run(s) merged (tuned)" in said and "pre: checkpoint deleted" in said
+    assert not (here / "pre" / "checkpoints").exists()
 
 
 def test_a_run_starts_when_its_own_source_ends_not_after_every_other_run(make_recipe, tmp_path):
