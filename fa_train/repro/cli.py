@@ -115,6 +115,7 @@ def cmd_list() -> int:
 
 def cmd_merge(source: str, into: str | None, only: list[str] | None) -> int:
     from fa_train.repro.merge import merge_results, release_merged_sources
+    from fa_train.repro.runner import RELEASED
     try:
         dest, taken = merge_results(source, into, only)
         released = release_merged_sources(dest)
@@ -124,7 +125,7 @@ def cmd_merge(source: str, into: str | None, only: list[str] | None) -> int:
     print(f"{dest}: {len(taken)} run(s) merged" + (f" ({', '.join(taken)})" if taken else "")
           + "; fa-repro report renders it")
     for name in released:
-        print(f"{name}: checkpoint deleted (every run that starts from it is done)")
+        print(RELEASED.format(name))
     return 0
 
 

@@ -346,6 +346,9 @@ def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
             and bool(result_files(run, run_dir)))
 
 
+RELEASED = "{}: checkpoint deleted (every run that starts from it is done)"
+
+
 def release_sources(recipe: Recipe, scale: str, out: Path, results: "Results") -> list[str]:
     """Delete the checkpoints kept for transfers (`init_from`) once the source and every run of
     `scale` that starts from it are done; return the sources released."""
@@ -640,8 +643,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
     run_in_order(runs, lambda run: one(number[run.name], run), jobs)
     if not keep_checkpoints:
         for source in release_sources(recipe, scale, out, results):
-            console.print(f"{source}: checkpoint deleted (every run that starts from it is done)",
-                          highlight=False)
+            console.print(RELEASED.format(source), highlight=False)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
     console.print(f"[bold]{recipe.name}/{scale}[/]: {summary}; results in {results.path}")
     return results.data
