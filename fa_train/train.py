@@ -38,10 +38,11 @@ def train(cfg) -> dict:
     """Run one training job from a composed config; returns the metrics written to metrics.json
     (keys: fa_train.callbacks.run_record). Failures are recorded, then raised; out-of-memory
     is recorded as status "oom" and returned; a run stopped by ``pause_after`` as "paused", one
-    whose weights or loss stopped being finite as "diverged" (stopped there, no test pass)."""
+    whose weights or loss stopped being finite as "diverged", a classifier whose body no longer
+    gets any gradient as "stalled" (both stopped there, no test pass)."""
     from hydra.utils import instantiate
 
-    from fa_train.callbacks import LossHistory, PauseAfter, RunRecord, StopOnDivergence
+    from fa_train.callbacks import LossHistory, PauseAfter, RunRecord, StopOnDivergence, StopOnStall
     from fa_train.models.loading import load_init_weights
     from fa_train.utils.checkpoints import checkpoint_step
     from fa_train.utils.csv_log import trim_after
@@ -61,7 +62,7 @@ def train(cfg) -> dict:
             load_init_weights(model, cfg.init_from)
         task = instantiate(cfg.task, model=model, _convert_="all")
         history = LossHistory(out_dir / "loss_curve.png", title=str(cfg.get("experiment_name") or ""))
-        extra = [history, record, StopOnDivergence()]
+        extra = [history, record, StopOnDivergence(), StopOnStall()]
         if cfg.get("pause_after") is not None or cfg.get("pause_at") is not None:
             extra.append(PauseAfter(cfg.get("pause_after"), cfg.get("pause_at")))
         trainer, precision = build_trainer(cfg, out_dir, extra_callbacks=extra)
@@ -82,7 +83,7 @@ def train(cfg) -> dict:
         if resume is not None and resume.run_dir == out_dir and trainer.is_global_zero:
             trim_after(out_dir / "metrics.csv", checkpoint_step(resume.path))
         trainer.fit(task, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
-        stopped_early = record.paused() or record.divergence() is not None
+        stopped_early = record.paused() or record.stopped_early() is not None
         if cfg.get("run_test") and not stopped_early and _has_loader(dm, "test_dataloader"):
             trainer.test(task, datamodule=dm, verbose=False)
             test_at_best(trainer, task, dm)
@@ -219,7 +220,7 @@ def _has_loader(dm, name):
 # ---------------------------------------------------------------------------------- Hydra entry
 def _hydra_task(cfg):
     metrics = train(cfg)
-    if metrics.get("status") not in ("ok", "oom", "paused", "diverged"):
+    if metrics.get("status") not in ("ok", "oom", "paused", "diverged", "stalled"):
         sys.exit(1)
     return metrics.get(cfg.get("optimized_metric") or "val/loss")
 

@@ -1,7 +1,7 @@
 """Training callbacks: throughput (tokens/s per GPU), MFU, peak memory, loss history and plot,
 the training clock, other jobs on the run's GPU, pausing after a stretch of wall time, stopping a
-diverged run, the run's checkpoint, the weights at the best validation and its metrics.json
-record."""
+diverged or stalled run, the run's checkpoint, the weights at the best validation and its
+metrics.json record."""
 from fa_train.callbacks.best_weights import BestWeights
 from fa_train.callbacks.checkpoint import LastCheckpoint
 from fa_train.callbacks.clock import TrainingClock
@@ -12,6 +12,8 @@ from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
 from fa_train.callbacks.progress import ProgressBar
 from fa_train.callbacks.run_record import RunRecord
+from fa_train.callbacks.stall import StopOnStall
 
 __all__ = ["BestWeights", "GpuNeighbours", "LastCheckpoint", "LossHistory", "PauseAfter",
-           "PerfMonitor", "ProgressBar", "RunRecord", "StopOnDivergence", "TrainingClock"]
+           "PerfMonitor", "ProgressBar", "RunRecord", "StopOnDivergence", "StopOnStall",
+           "TrainingClock"]

@@ -1,6 +1,6 @@
 """``metrics.json``: what a run was and how it ended, written whether it succeeded or not.
 
-Keys: status ("running" | "ok" | "paused" | "diverged" | "oom" | "failed"), error (and traceback
+Keys: status ("running" | "ok" | "paused" | "diverged" | "stalled" | "oom" | "failed"), error (and traceback
 when failed), experiment, git_commit, output_dir, resumed_from; from `describe`: attention
 (resolved), model, n_params, seq_len, batch_size, global_batch_size, accumulate_grad_batches,
 devices, precision; at the end: global_step, epoch, wall_time_s, every final logged metric
@@ -10,7 +10,7 @@ validation's), BestWeights' best_val/acc and best_val/step, PerfMonitor's summar
 (per device x world_size) and world_size, GpuNeighbours' gpu_shared_from_step and gpu_watch,
 train_loss_first, train_loss_last, loss_start / loss_end (means of the first / last 10 optimizer
 steps), block-sparse layout statistics, checkpoint, loss_curve, metrics_csv; diverged_at_step
-when training diverged.
+or stalled_at_step when training stopped early (StopOnDivergence, StopOnStall).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from fa_train.callbacks.gpu_neighbours import GpuNeighbours
 from fa_train.callbacks.history import LossHistory
 from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
+from fa_train.callbacks.stall import StopOnStall
 from fa_train.errors import is_oom
 from fa_train.utils.checkpoints import atomic_write
 from fa_train.utils.provenance import git_commit
@@ -79,11 +80,11 @@ class RunRecord(L.Callback):
         try:
             yield self
             self.metrics["status"] = "paused" if self.paused() else "ok"
-            stop = self.divergence()
+            stop = self.stopped_early()
             if stop is not None:
-                self.metrics.update(status="diverged", diverged_at_step=stop.diverged_at,
-                                    error=f"training diverged by step {stop.diverged_at}: "
-                                          f"{stop.reason}")
+                status, step, reason = stop
+                self.metrics.update(status=status, **{f"{status}_at_step": step},
+                                    error=f"training {status} by step {step}: {reason}")
         except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised unless OOM
             if not is_oom(exc):
                 self.metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
@@ -102,10 +103,14 @@ class RunRecord(L.Callback):
         pause = self._callback(PauseAfter)
         return bool(pause and pause.paused)
 
-    def divergence(self) -> StopOnDivergence | None:
-        """The callback that stopped training because it diverged (None when it did not)."""
-        stop = self._callback(StopOnDivergence)
-        return stop if stop is not None and stop.diverged_at is not None else None
+    def stopped_early(self) -> tuple[str, int, str] | None:
+        """(status, step, reason) when training stopped because it diverged or stalled."""
+        diverged, stalled = self._callback(StopOnDivergence), self._callback(StopOnStall)
+        if diverged is not None and diverged.diverged_at is not None:
+            return "diverged", diverged.diverged_at, diverged.reason
+        if stalled is not None and stalled.stalled_at is not None:
+            return "stalled", stalled.stalled_at, stalled.reason
+        return None
 
     def _callback(self, cls):
         callbacks = self.trainer.callbacks if self.trainer is not None else []

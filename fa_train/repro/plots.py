@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from fa_train.repro.metrics_csv import TRAIN_LOSS_KEYS, read_loss_csv
-from fa_train.repro.report import SHARED_GPU, Ours, _metric_label, diverged_text, matches
-from fa_train.repro.runner import shared_from_step
+from fa_train.repro.report import SHARED_GPU, Ours, _metric_label, matches
+from fa_train.repro.runner import STOPPED_EARLY, shared_from_step, stopped_text
 
 
 def _pyplot():
@@ -27,13 +27,14 @@ def plot_loss(ours: Ours, plot: dict[str, Any], path: Path) -> list[str]:
     drawn = []
     for run in runs:
         entry = ours.runs.get(run)
-        if not entry or entry.get("status") not in ("ok", "paused", "diverged"):
+        if not entry or entry.get("status") not in ("ok", "paused", *STOPPED_EARLY):
             continue
         xs, ys = read_loss_csv(ours.out_dir / entry.get("run_dir", run) / "metrics.csv", keys,
                                x_key=plot.get("x", "step"))
         if xs:
-            label = run + {"paused": " (paused: so far)", "diverged": f" ({diverged_text(entry)})"
-                           }.get(entry.get("status"), "")
+            status = entry.get("status")
+            label = run + (" (paused: so far)" if status == "paused" else
+                           f" ({stopped_text(entry)})" if status in STOPPED_EARLY else "")
             shared = shared_from_step(entry)
             if str(plot.get("x", "")).startswith("time/") and shared is not None:
                 label += f" ({SHARED_GPU} from step {shared:,})"

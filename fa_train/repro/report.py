@@ -37,8 +37,8 @@ from typing import Any, Iterable
 from fa_train.repro.metrics_csv import (curve_points, nonfinite_from_step, read_loss_csv,
                                         seconds_per_step)
 from fa_train.repro.recipe import Recipe
-from fa_train.repro.runner import (RESULTS_FILE, default_out_dir, load_json, planned_steps,
-                                   shared_from_step)
+from fa_train.repro.runner import (RESULTS_FILE, STOPPED_EARLY, default_out_dir, load_json,
+                                   planned_steps, shared_from_step, stopped_text)
 
 MISSING = "–"
 
@@ -215,8 +215,8 @@ class Ours:
         if "reach" in spec and readable(status, spec):
             value, why = self.time_to_reach(self.runs[run], spec["reach"])
             return value, (f"{why} (paused)" if status == "paused" else why)
-        if status == "diverged":
-            return None, diverged_text(self.runs[run])
+        if status in STOPPED_EARLY:
+            return None, stopped_text(self.runs[run])
         if is_timed(spec) and readable(status, spec) and shared_from_step(self.runs[run]) is not None:
             return None, SHARED_GPU
         return None, {"ok": "n/a", "oom": "OOM", "not run": "not run"}.get(status, status)
@@ -237,16 +237,10 @@ def is_timed(spec: dict[str, Any]) -> bool:
     return unit in TIME_UNITS or "/s" in unit or "mfu" in spec.get("keys", [])
 
 
-def diverged_text(entry: dict[str, Any]) -> str:
-    """'diverged at step N' for a diverged run's entry ('diverged' when the step is unknown)."""
-    step = (entry.get("metrics") or {}).get("diverged_at_step")
-    return "diverged" if step is None else f"diverged at step {step:,}"
-
-
 def readable(status: str | None, spec: dict[str, Any]) -> bool:
-    """Whether a run with `status` gives metric `spec`: finished runs do; paused and diverged ones
-    only for metrics marked `so_far` (measured while training)."""
-    return status == "ok" or status in ("paused", "diverged") and bool(spec.get("so_far"))
+    """Whether a run with `status` gives metric `spec`: finished runs do; paused, diverged and
+    stalled ones only for metrics marked `so_far` (measured while training)."""
+    return status == "ok" or status in ("paused", *STOPPED_EARLY) and bool(spec.get("so_far"))
 
 
 def first_number(data: Any, keys: Iterable[str]) -> float | None:

@@ -349,14 +349,14 @@ def _hosts(data):
 
 def _metric(run, key, spec, scale=1, so_far=False):
     """A run's metric as text; `so_far`: a value measured while training (steps, throughput)
-    is shown for a paused or diverged run too, marked as such."""
+    is shown for a paused, diverged or stalled run too, marked as such."""
+    from fa_train.repro.runner import STOPPED_EARLY, stopped_text
     if run is None:
         return "not run"
     status = run.get("status")
-    if status == "diverged" and not so_far:
-        from fa_train.repro.report import diverged_text
-        return diverged_text(run)
-    if status != "ok" and not (so_far and status in ("paused", "diverged")):
+    if status in STOPPED_EARLY and not so_far:
+        return stopped_text(run)
+    if status != "ok" and not (so_far and status in ("paused", *STOPPED_EARLY)):
         return status
     value = (run.get("metrics") or {}).get(key)
     text = "–" if value is None else format(scale * value, spec)

@@ -260,6 +260,17 @@ def _has_gpu(host: dict[str, Any]) -> bool:
     return any(not g.startswith("none") for g in host.get("gpus") or [])
 
 
+STOPPED_EARLY = ("diverged", "stalled")   # training stopped where it could not go on: a result
+
+
+def stopped_text(entry: dict[str, Any]) -> str:
+    """'diverged at step N' / 'stalled at step N' for a run stopped early ('diverged' ... when
+    the step is unknown)."""
+    status = entry.get("status")
+    step = (entry.get("metrics") or {}).get(f"{status}_at_step")
+    return status if step is None else f"{status} at step {step:,}"
+
+
 def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tuple[str, str | None]:
     """(status, error) of a finished run."""
     reported = str(metrics.get("status", "")).lower() if isinstance(metrics, dict) else ""
@@ -280,8 +291,8 @@ def classify(outcome: Outcome, metrics: dict[str, Any], has_result: bool) -> tup
         return "failed", _error_line(outcome.output) or f"exit status {outcome.returncode}"
     if reported == "paused":
         return "paused", None
-    if reported == "diverged":
-        return "diverged", metrics.get("error") or "training diverged"
+    if reported in STOPPED_EARLY:
+        return reported, metrics.get("error") or f"training {reported}"
     if reported and reported != "ok":
         return ("failed", f"metrics.json status {reported!r}")
     if not has_result:
@@ -340,9 +351,9 @@ class Results:
 
 
 def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
-    """A run is done when results.json says ok (or diverged: a result too; --force reruns it)
-    and its result file still exists."""
-    return (bool(entry) and entry.get("status") in ("ok", "diverged")
+    """A run is done when results.json says ok (or diverged or stalled: a result too; --force
+    reruns it) and its result file still exists."""
+    return (bool(entry) and entry.get("status") in ("ok", *STOPPED_EARLY)
             and bool(result_files(run, run_dir)))
 
 
@@ -635,7 +646,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
             results.record(run.name, entry)
             counts[status] = counts.get(status, 0) + 1
         colour = "green" if status == "ok" else \
-            "yellow" if status in ("oom", "paused", "diverged") else "red"
+            "yellow" if status in ("oom", "paused", *STOPPED_EARLY) else "red"
         console.print(f"{prefix}: [{colour}]{status}[/] in {duration:.1f} s"
                       + (f" — {error}" if error else ""), highlight=False)
 
@@ -660,10 +671,10 @@ def shared_from_step(entry: dict[str, Any]) -> int | None:
 
 
 def failed_runs(data: dict[str, Any]) -> list[str]:
-    """Runs whose status is not ok, oom or diverged (legitimate results) or paused (to be
+    """Runs whose status is not ok, oom, diverged or stalled (legitimate results) or paused (to be
     continued)."""
     return [n for n, e in data.get("runs", {}).items()
-            if e.get("status") not in ("ok", "oom", "diverged", "paused")]
+            if e.get("status") not in ("ok", "oom", "paused", *STOPPED_EARLY)]
 
 
 def paused_runs(data: dict[str, Any]) -> list[str]:

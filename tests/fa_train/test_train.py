@@ -372,6 +372,25 @@ def test_a_diverging_run_stops_and_says_so(tmp_path):
         assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
 
 
+def test_a_classifier_whose_head_died_stops_and_says_so(tmp_path):
+    """Weights whose head has no active hidden unit for any input (as a run at chance left them):
+    the run stops at the second check, records "stalled" and the step, and runs no test pass."""
+    from fa_train.callbacks.divergence import CHECK_EVERY
+    data = {"_target_": FAKE + "FakeClassificationDataModule", "batch_size": 4, "seq_len": 16,
+            "vocab_size": 20, "num_classes": 2, "seed": 7}
+    first = train(make_cfg(tmp_path / "a", "lra/listops", ["attention=standard", *TINY_CLS],
+                           data=data))
+    state = torch.load(Path(first["output_dir"], "checkpoints", "last.ckpt"), weights_only=False)
+    state["state_dict"]["model.head.0.bias"].fill_(-1e3)
+    torch.save(state, tmp_path / "dead.ckpt")
+    m = train(make_cfg(tmp_path / "b", "lra/listops", [
+        "attention=standard", *TINY_CLS, f"init_from={tmp_path / 'dead.ckpt'}", "run_test=true"],
+        data=data, steps=3 * CHECK_EVERY))
+    assert m["status"] == "stalled" and m["stalled_at_step"] == CHECK_EVERY
+    assert m["global_step"] == CHECK_EVERY + 1   # the step checked is still taken
+    assert "stalled by step" in m["error"] and not any(k.startswith("test/") for k in m)
+
+
 def test_classification_tests_final_and_best_validation_weights(tmp_path):
     """A classification run tests its final weights (test/) and, again, the weights of its best
     val/acc (test_at_best_val/), which are those of the step recorded as best_val/step."""

@@ -9,6 +9,7 @@ from fa_train.callbacks.divergence import StopOnDivergence
 
 
 def fake_trainer(world_size=1, votes=None, peer_diverged=False):
+    """A trainer as the stopping callbacks see it; `peer_diverged`: another rank votes to stop."""
     def reduce(decision, all=True):
         votes.append(decision)
         return decision or peer_diverged

@@ -137,6 +137,21 @@ def test_diverged_runs_say_where_whether_recorded_so_or_only_by_their_loss(mini_
     assert "statuses 2 diverged, 1 ok" in text and (out / "loss.png").stat().st_size > 1000
 
 
+def test_a_stalled_run_says_where(mini_recipe, tmp_path):
+    """A classifier stopped because no gradient reached below its head shows "stalled at step N"
+    instead of a number, and its curve is drawn."""
+    out = tmp_path / "reports"
+    base, _ = train_entry("base", 30.0, 1000.0, None)
+    base.update(status="stalled", error="training stalled by step 50: no gradient")
+    base["metrics"].update(status="stalled", stalled_at_step=50)
+    (out / "base").mkdir(parents=True)
+    (out / "base" / "metrics.csv").write_text("epoch,step,train/loss\n0,0,0.70\n0,49,0.69\n")
+    write_results(out, {"base": base})
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Baseline | ours (gpu) | stalled at step 50 |" in text
+    assert "statuses 1 stalled" in text and (out / "loss.png").stat().st_size > 1000
+
+
 def test_a_cell_of_several_runs_is_the_mean_of_those_done(mini_recipe, tmp_path):
     out = tmp_path / "reports"
     mini_recipe.data["report"]["tables"][0]["rows"]["Flash"] = {

@@ -42,7 +42,7 @@ class FakeExecutor:
             rows = [{"impl": "flash", "seqlen": 128, "pass": "fwd+bwd", "status": "ok", "ms": 1.0}]
             (run_dir / "attention.json").write_text(json.dumps({"rows": rows}))
             return Outcome(0, "")
-        status = {"metrics-oom": "oom", "diverge": "diverged"}.get(how, "ok")
+        status = {"metrics-oom": "oom", "diverge": "diverged", "stall": "stalled"}.get(how, "ok")
         metrics = {"status": status, "val/ppl": 20.0, "tokens_per_sec_per_device": 1000.0,
                    "global_step": run.overrides.get("trainer.max_steps", 0)}
         (run_dir / "metrics.json").write_text(json.dumps(metrics))
@@ -108,11 +108,13 @@ def test_failures_and_oom_are_results_and_retried(mini_recipe, tmp_path):
     assert data["runs"]["bench"]["status"] == "ok"
 
 
-def test_a_diverged_run_is_a_result_and_reruns_only_when_forced(mini_recipe, tmp_path):
+@pytest.mark.parametrize("how, status", [("diverge", "diverged"), ("stall", "stalled")])
+def test_a_run_stopped_early_is_a_result_and_reruns_only_when_forced(mini_recipe, tmp_path, how,
+                                                                     status):
     out = tmp_path / "out"
-    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "diverge"}),
+    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": how}),
                       console=quiet())
-    assert data["runs"]["base"]["status"] == "diverged" and failed_runs(data) == []
+    assert data["runs"]["base"]["status"] == status and failed_runs(data) == []
     again = FakeExecutor()
     run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
     assert again.calls == []
@@ -234,6 +236,7 @@ def test_classify():
     assert classify(Outcome(0, ""), {"status": "paused"}, True) == ("paused", None)
     assert classify(Outcome(0, ""), {"status": "diverged", "error": "training diverged by step 50"},
                     True) == ("diverged", "training diverged by step 50")
+    assert classify(Outcome(0, ""), {"status": "stalled"}, True) == ("stalled", "training stalled")
     # stopped from outside: the error says by what; after metrics.json (the run's last write,
     # after its checkpoint) the run keeps the status it recorded, so a paused one can continue
     stopped = "stopped by SIGTERM on its way out, after writing its results"
