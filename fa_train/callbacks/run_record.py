@@ -1,7 +1,7 @@
 """``metrics.json``: what a run was and how it ended, written whether it succeeded or not.
 
-Keys: status ("running" | "ok" | "paused" | "diverged" | "stalled" | "oom" | "failed"), error (and traceback
-when failed), experiment, git_commit, output_dir, resumed_from; from `describe`: attention
+Keys: status ("running" | "ok" | "paused" | "diverged" | "stalled" | "oom" | "failed"), error
+(and traceback when failed), experiment, git_commit, output_dir, resumed_from; from `describe`: attention
 (resolved), model, n_params, seq_len, batch_size, global_batch_size, accumulate_grad_batches,
 devices, precision; at the end: global_step, epoch, wall_time_s, every final logged metric
 (val/loss, val/ppl, val/acc, test/... at the final weights, test_at_best_val/... at the best
