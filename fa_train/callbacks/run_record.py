@@ -1,16 +1,16 @@
 """``metrics.json``: what a run was and how it ended, written whether it succeeded or not.
 
-Keys: status ("running" | "ok" | "paused" | "diverged" | "stalled" | "oom" | "failed"), error
-(and traceback when failed), experiment, git_commit, output_dir, resumed_from; from `describe`: attention
-(resolved), model, n_params, seq_len, batch_size, global_batch_size, accumulate_grad_batches,
-devices, precision; at the end: global_step, epoch, wall_time_s, every final logged metric
-(val/loss, val/ppl, val/acc, test/... at the final weights, test_at_best_val/... at the best
-validation's), BestWeights' best_val/acc and best_val/step, PerfMonitor's summary
-(tokens_per_sec_per_device, mfu, peak_memory_gib, flops_per_token, ...), tokens_per_sec
-(per device x world_size) and world_size, GpuNeighbours' gpu_shared_from_step and gpu_watch,
-train_loss_first, train_loss_last, loss_start / loss_end (means of the first / last 10 optimizer
-steps), block-sparse layout statistics, checkpoint, loss_curve, metrics_csv; diverged_at_step
-or stalled_at_step when training stopped early (StopOnDivergence, StopOnStall).
+Keys: status ("running" | "ok" | "paused" | "diverged" | "stalled" | "oom" | "failed"), error (and
+traceback when failed), experiment, git_commit, output_dir, resumed_from; from `describe`:
+attention (resolved), model, n_params, seq_len, batch_size, global_batch_size,
+accumulate_grad_batches, devices, precision; at the end: global_step, epoch, wall_time_s, every
+final logged metric (val/loss, val/ppl, val/acc, test/... at the final weights,
+test_at_best_val/... at the best validation's), BestWeights' best_val/acc and best_val/step,
+PerfMonitor's summary (tokens_per_sec_per_device, mfu, peak_memory_gib, flops_per_token, ...),
+tokens_per_sec (per device x world_size) and world_size, GpuNeighbours' gpu_shared_from_step and
+gpu_watch, train_loss_first, train_loss_last, loss_start / loss_end (means of the first / last 10
+optimizer steps), block-sparse layout statistics, checkpoint, loss_curve, metrics_csv;
+diverged_at_step or stalled_at_step when training stopped early (StopOnDivergence, StopOnStall).
 """
 from __future__ import annotations
 
