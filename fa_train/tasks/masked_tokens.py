@@ -4,7 +4,9 @@ vocabulary id, one past the data's — and predicted from the others through the
 embedding. Fine-tuning starts from the run (init_from=...; the mask id's row is dropped).
 
 Batch: {"input_ids" (B, N), "attention_mask" bool, labels unused}. Logs masked-token loss and
-accuracy as {stage}/loss and {stage}/acc.
+accuracy as {stage}/loss and {stage}/acc, and beside them {stage}/acc_majority: the accuracy of
+always answering the commonest hidden token of the batch (on Pathfinder images, black), the level
+that knowing only how often each token occurs reaches.
 """
 from __future__ import annotations
 
@@ -67,9 +69,12 @@ class MaskedTokenTask(TaskModule):
             return loss
         with torch.no_grad():
             acc = (logits.argmax(-1) == targets).float().mean()
+            majority = torch.bincount(targets).max().float() / targets.numel()
         on_step, bs = stage == "train", ids.shape[0]
         self.log(f"{stage}/loss", loss, prog_bar=not on_step, on_step=on_step,
                  on_epoch=not on_step, sync_dist=not on_step, batch_size=bs)
         self.log(f"{stage}/acc", acc, prog_bar=not on_step, on_step=on_step, on_epoch=not on_step,
+                 sync_dist=not on_step, batch_size=bs)
+        self.log(f"{stage}/acc_majority", majority, on_step=on_step, on_epoch=not on_step,
                  sync_dist=not on_step, batch_size=bs)
         return loss

@@ -54,8 +54,26 @@ def test_hidden_tokens_are_learned_from_context():
     dm = ConstantRows(batch_size=16, seq_len=16, vocab_size=16, n_train=1024, n_val=64)
     task = MaskedTokenTask(_model(pool="cls"), optimizer={"name": "adamw", "lr": 3e-3},
                            scheduler={"name": "cosine", "warmup_steps": 5})
-    acc = float(_fit(task, dm, steps=40).callback_metrics["val/acc"])
-    assert acc > 0.9        # chance: 1/15
+    metrics = _fit(task, dm, steps=40).callback_metrics
+    assert float(metrics["val/acc"]) > 0.9        # chance: 1/15
+    assert float(metrics["val/acc_majority"]) < 0.5   # 15 values about equally common
+
+
+def test_the_majority_level_is_the_share_of_the_commonest_hidden_token():
+    """Rows of zeros with one 5 each: every hidden token but those 5s is 0, and acc_majority is
+    the share of zeros among the hidden tokens."""
+    task = MaskedTokenTask(_model(), mask_prob=0.5)
+    logged = {}
+    task.log = lambda name, value, **kw: logged.setdefault(name, float(value))
+    task.logs_now = lambda stage: True
+    ids = torch.zeros(8, 16, dtype=torch.long)
+    ids[:, 3] = 5
+    torch.manual_seed(2)
+    chosen = task.masked_positions(ids, torch.ones_like(ids, dtype=torch.bool))
+    torch.manual_seed(2)   # the step draws the same positions
+    task.step({"input_ids": ids}, "val")
+    zeros = (ids[chosen] == 0).float().mean().item()
+    assert zeros > 0.5 and logged["val/acc_majority"] == pytest.approx(zeros)
 
 
 def test_the_mask_id_must_lie_past_the_datas_vocabulary():
