@@ -37,6 +37,11 @@ class UserError(ValueError):
     """Bad input from the user: a config value, a CLI argument or a data file. One line, no traceback."""
 
 
+class PreparationPaused(Exception):
+    """Data preparation stopped at the run's pause time (``pause_at``) before training began; what
+    it finished is kept and the next start continues from there."""
+
+
 def check_int(key: str, value: Any, low: int = 1, high: int | None = None) -> int:
     """``value`` as an int in [low, high]; else UserError naming ``key`` and the valid range."""
     bound = f">= {low}" if high is None else f"in [{low}, {high}]"

@@ -37,7 +37,8 @@ register_resolver()
 def train(cfg) -> dict:
     """Run one training job from a composed config; returns the metrics written to metrics.json
     (keys: fa_train.callbacks.run_record). Failures are recorded, then raised; out-of-memory
-    is recorded as status "oom" and returned; a run stopped by ``pause_after`` as "paused", one
+    is recorded as status "oom" and returned; a run stopped by ``pause_after`` / ``pause_at`` as
+    "paused" (also when its data generation reaches ``pause_at``: PreparationPaused), one
     whose weights or loss stopped being finite as "diverged", a classifier whose body no longer
     gets any gradient as "stalled" (both stopped there, no test pass)."""
     from hydra.utils import instantiate
@@ -55,6 +56,8 @@ def train(cfg) -> dict:
         _configure_torch(cfg)
         _save_config(cfg, out_dir)
         dm = instantiate(cfg.data, _convert_="all")
+        if cfg.get("pause_at") is not None and hasattr(dm, "prepare_deadline"):
+            dm.prepare_deadline = float(cfg.pause_at)   # a long data generation pauses too
         spec = fill_model_from_data(cfg, dm)
         _save_config(cfg, out_dir)
         model = instantiate(cfg.model, _convert_="all")

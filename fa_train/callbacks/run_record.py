@@ -10,7 +10,9 @@ PerfMonitor's summary (tokens_per_sec_per_device, mfu, peak_memory_gib, flops_pe
 tokens_per_sec (per device x world_size) and world_size, GpuNeighbours' gpu_shared_from_step and
 gpu_watch, train_loss_first, train_loss_last, loss_start / loss_end (means of the first / last 10
 optimizer steps), block-sparse layout statistics, checkpoint, loss_curve, metrics_csv;
-diverged_at_step or stalled_at_step when training stopped early (StopOnDivergence, StopOnStall).
+diverged_at_step or stalled_at_step when training stopped early (StopOnDivergence, StopOnStall);
+paused_before_training when data preparation reached ``pause_at`` first (the previous stretch's
+record kept beside it).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from fa_train.callbacks.history import LossHistory
 from fa_train.callbacks.pause import PauseAfter
 from fa_train.callbacks.perf import PerfMonitor
 from fa_train.callbacks.stall import StopOnStall
-from fa_train.errors import is_oom
+from fa_train.errors import PreparationPaused, is_oom
 from fa_train.utils.checkpoints import atomic_write
 from fa_train.utils.provenance import git_commit
 
@@ -85,6 +87,10 @@ class RunRecord(L.Callback):
                 status, step, reason = stop
                 self.metrics.update(status=status, **{f"{status}_at_step": step},
                                     error=f"training {status} by step {step}: {reason}")
+        except PreparationPaused as exc:   # before training: the last stretch's record stands
+            self.metrics = {**self._previous(), **self.metrics, "status": "paused",
+                            "error": None, "paused_before_training": str(exc)}
+            print(f"[fa-train] {exc}")
         except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised unless OOM
             if not is_oom(exc):
                 self.metrics.update(status="failed", error=f"{type(exc).__name__}: {exc}",
@@ -97,6 +103,14 @@ class RunRecord(L.Callback):
         finally:
             self.metrics["wall_time_s"] = round(time.time() - t0, 3)
             self._finish()
+
+    def _previous(self) -> dict[str, Any]:
+        """metrics.json as the run's previous stretch left it ({} when there is none)."""
+        path = self.out_dir / "metrics.json"
+        try:
+            return json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError):
+            return {}
 
     def paused(self) -> bool:
         """True when training was stopped by `pause_after` (to be resumed), not finished."""

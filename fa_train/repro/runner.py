@@ -594,7 +594,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         started, t0 = now_iso(), time.perf_counter()
         if resuming:
             console.print(f"{prefix}: continuing from its checkpoint", highlight=False)
-        elif prior and prior.get("status") == "paused" and not force:
+        elif prior and prior.get("status") == "paused" and not force \
+                and (prior.get("metrics") or {}).get("global_step"):
             console.print(f"{prefix}: paused before, but its checkpoint is gone: starting again "
                           f"from step 0", highlight=False)
         if jobs > 1 and gpu is None:

@@ -261,6 +261,28 @@ def test_lra_listops_real_generator_one_step(tmp_path):
     assert m["global_step"] == 1 and "test/acc" in m
 
 
+def test_data_generation_reaching_pause_at_pauses_the_run_before_training(tmp_path):
+    """A Pathfinder generation still going at pause_at stops the run as "paused" (the work kept in
+    the cache for the next start); a resumed run that pauses there keeps its last record."""
+    import shutil
+    cache = tmp_path / "cache"
+    base = TINY_CLS + ["attention=standard", "data.n_train=1100", "data.n_val=4", "data.n_test=4",
+                       "data.gen_workers=1", "data.batch_size=4", f"paths.cache_dir={cache}"]
+    early = train(make_cfg(tmp_path / "a", "lra/pathfinder32", base + ["pause_at=1"], steps=2))
+    assert early["status"] == "paused" and early["error"] is None
+    assert "generation paused" in early["paused_before_training"]
+    assert "global_step" not in early and not Path(early["output_dir"], "checkpoints").exists()
+    assert [p.name for p in (cache / "lra_pathfinder").iterdir() if p.suffix == ".partial"]
+    done = check_outputs(train(make_cfg(tmp_path / "b", "lra/pathfinder32", base, steps=2)), tmp_path)
+    assert done["global_step"] == 2
+    shutil.rmtree(cache)   # a fresh machine: the images are made again
+    again = train(make_cfg(tmp_path / "b", "lra/pathfinder32",
+                           base + ["pause_at=1", f"resume={done['output_dir']}"], steps=4))
+    assert again["status"] == "paused" and again["output_dir"] == done["output_dir"]
+    assert again["global_step"] == 2 and again["val/acc"] == done["val/acc"]
+    assert Path(done["output_dir"], "checkpoints", "last.ckpt").is_file()
+
+
 @pytest.mark.skipif(not (HAS_FLASH and INTERPRET), reason="kernels.flash_attn_func not importable")
 def test_lra_blocksparse_one_step_reports_density(tmp_path):
     cfg = make_cfg(tmp_path, "lra/pathfinder32", TINY_CLS + ["attention=blocksparse",

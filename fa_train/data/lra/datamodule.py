@@ -9,7 +9,6 @@ import fcntl
 import functools
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +21,16 @@ from fa_train.data.lra import retrieval as retrieval_mod
 from fa_train.data.lra import text as text_mod
 from fa_train.data.lm import info
 from fa_train.data.lra.base import MapDataset, SequenceClassificationDataModule, take
-from fa_train.errors import UserError
+from fa_train.errors import PreparationPaused, UserError
 
 DEFAULT_CACHE = ".cache/fa_train"
 
 
 def _atomic_dir(final: Path, fill) -> Path:
-    """Run fill(tmp_dir) and move the result to `final` (readers never see half a dataset).
+    """Run fill(work_dir) and move the result to `final` (readers never see half a dataset).
     Processes that ask for the same `final` at once wait on a lock file: one fills, the rest
-    find it done."""
+    find it done. A fill stopped by PreparationPaused leaves `<final>.partial` for the next call
+    to continue in; any other failure removes it."""
     if final.exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -38,13 +38,16 @@ def _atomic_dir(final: Path, fill) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.exists():
             return final
-        tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp", dir=final.parent))
+        work = final.parent / (final.name + ".partial")
+        work.mkdir(exist_ok=True)
         try:
-            fill(tmp)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            fill(work)
+        except PreparationPaused:
+            raise
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        os.replace(work, final)
     return final
 
 
@@ -58,8 +61,11 @@ def _gen_workers(n) -> int:
 
 def _told(summary: dict, what: str, n: int) -> dict:
     """Report a generation's size, time and rate (the generator's summary) to the run's log."""
-    info(f"generated {n} {what} in {summary['seconds']:.1f} s "
-         f"({n / max(summary['seconds'], 1e-9):.0f}/s, gen_workers={summary['workers']})")
+    kept = int(summary.get("continued_from", 0))
+    made, seconds = n - kept, max(summary["seconds"], 1e-9)
+    after = f", after {kept} kept from an earlier start" if kept else ""
+    info(f"generated {made} {what} in {summary['seconds']:.1f} s "
+         f"({made / seconds:.0f}/s, gen_workers={summary['workers']}){after}")
     return summary
 
 
@@ -127,7 +133,10 @@ class PathfinderDataModule(SequenceClassificationDataModule):
     release PNGs or `fa-data pathfinder` shards); split 80/10/10 deterministically (n_* cap the
     splits). None: generate n_train + n_val + n_test images (default 800/100/100) from `gen_seed`
     into `cache_dir` once, in parallel with `gen_workers` processes (0: one per CPU core). `seed`
-    only drives shuffling."""
+    only drives shuffling. `prepare_deadline` (Unix time, set from the run's `pause_at`): a
+    generation still going then stops with PreparationPaused and continues at the next start."""
+
+    prepare_deadline: float | None = None
 
     def __init__(self, resolution: int = 32, difficulty: str = "hard", data_dir: str | None = None,
                  cache_dir: str = DEFAULT_CACHE, n_train: int | None = None,
@@ -161,7 +170,8 @@ class PathfinderDataModule(SequenceClassificationDataModule):
         total = sum(self._gen_counts())
         _atomic_dir(self._generated_dir(), lambda d: _told(pf.generate_pathfinder(
             d, self.resolution, self.difficulty, total, seed=self.gen_seed, workers=self.gen_workers,
-            fmt="npy", num_distractors=self.num_distractors, progress=False),
+            fmt="npy", num_distractors=self.num_distractors, progress=False,
+            deadline=self.prepare_deadline),
             f"Pathfinder-{self.resolution} images", total))
 
     def build(self) -> dict[str, Dataset]:

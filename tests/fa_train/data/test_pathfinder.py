@@ -88,7 +88,7 @@ def test_npy_and_png_round_trip_through_loader(tmp_path):
                                    shard_size=4, progress=False)
     s_png = pf.generate_pathfinder(tmp_path / "png", 32, "hard", n, seed=3, fmt="png",
                                    per_dir=4, workers=2, progress=False)
-    assert sorted(p.name for p in (tmp_path / "npy/pathfinder32/curv_contour_length_14/shards").iterdir()) \
+    assert sorted(p.name for p in (tmp_path / "npy/pathfinder32/curv_contour_length_14/shards").glob("*.npy")) \
         == [f"{k}_{i:05d}.npy" for k in ("images", "labels") for i in range(3)]
     level = tmp_path / "png/pathfinder32/curv_contour_length_14"
     assert (level / "imgs/2/sample_1.png").is_file()
@@ -181,3 +181,39 @@ def test_generate_rejects_bad_arguments(tmp_path, kw, name):
     args = {"n": 2, "progress": False, **kw}
     with pytest.raises(ValueError, match=f"^{name} "):
         pf.generate_pathfinder(tmp_path, 32, **args)
+
+
+def _shards(root, n):
+    imgs, labels = pf.load_pathfinder(root, resolution=32)
+    assert len(imgs) == n
+    return imgs, labels
+
+
+def test_a_generation_past_its_deadline_pauses_and_the_next_call_continues(tmp_path, monkeypatch):
+    """Whole shards survive a pause; continuing gives the same bytes as one uninterrupted call."""
+    from fa_train.data.lra.pathfinder import formats
+    from fa_train.errors import PreparationPaused
+    monkeypatch.setattr(formats, "CHUNK", 3)
+    whole = pf.generate_pathfinder(tmp_path / "whole", 32, "hard", 10, seed=5, shard_size=2,
+                                   progress=False)
+    with pytest.raises(PreparationPaused, match="2 of 10 images kept"):
+        pf.generate_pathfinder(tmp_path / "cut", 32, "hard", 10, seed=5, shard_size=2,
+                               progress=False, deadline=1.0)
+    cont = pf.generate_pathfinder(tmp_path / "cut", 32, "hard", 10, seed=5, shard_size=2,
+                                  progress=False)
+    assert cont["continued_from"] == 2 and whole["continued_from"] == 0
+    assert cont["positives"] == whole["positives"]
+    for a, b in zip(_shards(tmp_path / "whole", 10), _shards(tmp_path / "cut", 10)):
+        assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="deadline needs fmt='npy'"):
+        pf.generate_pathfinder(tmp_path / "png", 32, "hard", 2, fmt="png", progress=False,
+                               deadline=1.0)
+
+
+def test_shards_of_another_generation_are_replaced_not_mixed(tmp_path):
+    pf.generate_pathfinder(tmp_path, 32, "hard", 6, seed=3, shard_size=2, progress=False)
+    other = pf.generate_pathfinder(tmp_path, 32, "hard", 3, seed=4, shard_size=2, progress=False)
+    assert other["continued_from"] == 0
+    imgs, _ = _shards(tmp_path, 3)
+    ref = [pf.generate_image(pf.pathfinder_params(32), 4, i)[0] for i in range(3)]
+    assert np.array_equal(imgs, np.stack(ref))

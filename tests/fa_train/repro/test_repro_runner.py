@@ -38,6 +38,10 @@ class FakeExecutor:
             (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"state")
             (run_dir / "metrics.json").write_text(json.dumps({"status": "paused", "global_step": 1}))
             return Outcome(0, "")
+        if how == "pause-in-data":   # pause_at reached while its data was being generated
+            (run_dir / "metrics.json").write_text(json.dumps(
+                {"status": "paused", "paused_before_training": "generation paused"}))
+            return Outcome(0, "")
         if run.kind == "bench":
             rows = [{"impl": "flash", "seqlen": 128, "pass": "fwd+bwd", "status": "ok", "ms": 1.0}]
             (run_dir / "attention.json").write_text(json.dumps({"rows": rows}))
@@ -159,6 +163,18 @@ def test_a_paused_run_without_its_checkpoint_starts_over(mini_recipe, tmp_path):
     assert "checkpoint is gone: starting again from step 0" in said.getvalue()
     assert "resume" not in data["runs"]["base"]["overrides"]
     assert data["runs"]["base"]["stretches"] == 1
+
+
+def test_a_run_paused_in_its_data_generation_starts_next_time_without_a_warning(mini_recipe,
+                                                                              tmp_path):
+    out = tmp_path / "out"
+    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor({"base": "pause-in-data"}),
+                      console=quiet(), only=["base"])
+    assert data["runs"]["base"]["status"] == "paused" and paused_runs(data) == ["base"]
+    said = io.StringIO()
+    data = run_recipe(mini_recipe, "smoke", out, executor=FakeExecutor(),
+                      console=Console(file=said, width=200), only=["base"])
+    assert data["runs"]["base"]["status"] == "ok" and "checkpoint is gone" not in said.getvalue()
 
 
 def test_paused_runs_continue_first_the_nearest_to_their_end_first(mini_recipe, tmp_path):
