@@ -166,7 +166,7 @@ def gpt2(ppl, tps):
 def test_lm_sections_say_not_run_yet_before_their_runs(tmp_path, monkeypatch):
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
-    for name, n in (("table4_gpt2_context", 6), ("table2_gpt2", 2), ("table1_bert", 4)):
+    for name, n in (("table4_gpt2_context", 7), ("table2_gpt2", 2), ("table1_bert", 4)):
         lines = results.scale_runs(name, "Runs", ("tokens",))
         assert lines[1] == (f"Runs (recipe {name}): not run yet at the gpu scale ({n} runs; their "
                             f"GPU time: `scales.gpu.hardware` of `recipes/{name}.yaml`).")
@@ -250,6 +250,43 @@ def test_table4_draws_sentence_applies_the_recipe_rule(tmp_path, monkeypatch, dr
     assert f"nearer {nearer}" in line
     assert "flash-2k-draws4k" not in line.split("by position")[0]          # not run: no sentence
     assert "flash-1k-draws4k 128-256 2.700, 512-1024 2.550;" in line
+
+
+@pytest.mark.parametrize("sdpa, verdict", [(2.915, "within it: the 4K lag is not our kernel's"),
+                                           (2.95, "outside it: our kernel is implicated")])
+def test_table4_kernel_check_applies_the_recipe_rule(tmp_path, monkeypatch, sdpa, verdict):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    runs = {n: {**gpt2(40.0, 1.0), "val/loss": v}
+            for n, v in (("flash-1k", 2.5), ("flash-2k", 2.6), ("flash-4k", 2.9))}
+    lm_results(tmp_path, "table4_gpt2_context", runs)
+    assert "sdpa-4k" not in " ".join(results.context_lag())            # not run: no sentence
+    shutil.rmtree(tmp_path / "reports")
+    lm_results(tmp_path, "table4_gpt2_context", {**runs, "sdpa-4k": {**gpt2(40.0, 1.0), "val/loss": sdpa}})
+    line = results.context_lag()[-1]
+    assert f"sdpa-4k {sdpa:.3f}, flash-4k 2.900, {sdpa - 2.9:+.3f} nats, {verdict}." in line
+
+
+def test_table4_cpu_study_sentence_reads_its_json(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    assert results.context_lag_cpu() == []
+    study = tmp_path / "reports/bench/context_lag"
+    study.mkdir(parents=True)
+
+    def run(window, loss):
+        return {"seq_len": window,
+                "scored": {"loss": loss, "by_position": {"0-1": loss + 2, "64-128": loss - 0.1}}}
+
+    (study / "equal_tokens.json").write_text(json.dumps({
+        "date": "2026-11-29", "torch": "2.13.0", "steps": 800, "step_tokens": 2048,
+        "draw_tokens": 512, "score_window": 128, "margin_nats": 0.05, "gap_nats": 0.2,
+        "verdict": "the longer window learned slower", "runs": {"window128": run(128, 4.5),
+                                                               "window512": run(512, 4.7)}}))
+    line = results.context_lag_cpu()[1]
+    assert "windows 128 and 512, attention=sdpa, 800 steps of 2,048 tokens" in line
+    assert "window512 4.700 (position 0: 6.700, positions 64-127: 4.600)" in line
+    assert "gap +0.200 nats against the rule's 0.05: the longer window learned slower." in line
 
 
 @pytest.mark.parametrize("gap, verdict", [(0.03, "holds"), (0.08, "does not hold")])
