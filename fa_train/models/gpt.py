@@ -1,7 +1,7 @@
 """GPT-2 (small 124M / medium 355M / large 774M), nanoGPT-style and readable in one sitting.
 
-Learned absolute positions, tied input/output embeddings, pre-LayerNorm blocks, GELU MLP,
-dropout 0.1, context length up to 64K, optional activation checkpointing. Attention goes through
+Learned absolute positions (or none: ``pos_emb``), tied input/output embeddings, pre-LayerNorm
+blocks, GELU MLP, dropout 0.1, context length up to 64K, optional activation checkpointing. Attention goes through
 fa_train.attention, so ``attention=standard|sdpa|flash|blocksparse`` changes nothing else.
 
 Inference with a KV cache (fa_train.models.kv_cache): ``cache = model.new_cache(B, capacity)``,
@@ -27,6 +27,7 @@ from fa_train.errors import check_choice, check_float, check_int, check_model_sh
 from fa_train.models.kv_cache import KVCache, LayerCache
 
 LOSS_IMPLS = ("auto", "fused", "torch")
+POS_EMBS = ("learned", "none")
 
 GPT2_PRESETS = {
     "gpt2-small": dict(n_layer=12, n_head=12, d_model=768),    # 124M
@@ -40,6 +41,7 @@ class GPTConfig:
     vocab_size: int = 50257
     vocab_multiple: int = 64         # embedding rows padded to a multiple (fast lm_head matmul)
     max_seq_len: int = 1024          # context length (learned position table size), up to 64K
+    pos_emb: str = "learned"         # "learned" (GPT-2) | "none" (causal attention alone tells position)
     n_layer: int = 12
     n_head: int = 12
     d_model: int = 768
@@ -108,12 +110,13 @@ class GPT(nn.Module):
                           vocab_multiple=cfg.vocab_multiple, max_seq_len=cfg.max_seq_len)
         check_float("model.dropout", cfg.dropout, 0.0, 1.0, high_open=True)
         check_choice("model.loss_impl", cfg.loss_impl, LOSS_IMPLS)
+        check_choice("model.pos_emb", cfg.pos_emb, POS_EMBS)
         self.config = cfg
         self.attention = build_attention(cfg.attention, max_seq_len=cfg.max_seq_len)
         self.attention.check_call(causal=True)   # a language model: refuse non-causal methods now
         padded_vocab = -(-cfg.vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
         self.wte = nn.Embedding(padded_vocab, cfg.d_model)
-        self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.pos_emb == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([Block(cfg, self.attention) for _ in range(cfg.n_layer)])
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
@@ -137,7 +140,11 @@ class GPT(nn.Module):
         """Parameters of the model (the embedding's padding rows not counted)."""
         n = sum(p.numel() for p in self.parameters())
         n -= (self.wte.num_embeddings - self.config.vocab_size) * self.config.d_model
-        return n - self.wpe.weight.numel() if non_embedding else n
+        return n - self.wpe.weight.numel() if non_embedding and self.wpe is not None else n
+
+    def _embed(self, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx)
+        return x if self.wpe is None else x + self.wpe(pos)
 
     def flops_shape(self) -> dict:
         """Numbers for fa_train.metrics.flops.transformer_flops_per_token."""
@@ -171,7 +178,7 @@ class GPT(nn.Module):
         if n > cache.capacity:
             raise ValueError(f"prompt of {n} tokens exceeds the KV cache capacity {cache.capacity}")
         pos = torch.arange(n, device=idx.device)
-        logits = self._cached_logits(self.wte(idx) + self.wpe(pos), cache, prefill=True)
+        logits = self._cached_logits(self._embed(idx, pos), cache, prefill=True)
         cache.seqlens.copy_(lengths)
         rows = torch.arange(idx.shape[0], device=idx.device)
         return logits[rows, lengths.to(device=idx.device, dtype=torch.long) - 1]
@@ -191,7 +198,7 @@ class GPT(nn.Module):
         if check_positions and int(pos.max()) >= self.config.max_seq_len:
             raise ValueError(f"position {int(pos.max())} is beyond the model's context "
                              f"(model.max_seq_len={self.config.max_seq_len})")
-        return self._cached_logits(self.wte(idx) + self.wpe(pos), cache, False, tree_parents)
+        return self._cached_logits(self._embed(idx, pos), cache, False, tree_parents)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, N, vocab_size); with ``targets`` (B, N; -100 = ignored) the mean next-token
@@ -202,7 +209,7 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {n} exceeds model.max_seq_len "
                              f"{self.config.max_seq_len}")
         pos = torch.arange(n, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        x = self.drop(self._embed(idx, pos))
         for block in self.blocks:
             if self.config.activation_checkpointing and self.training:
                 x = checkpoint(block, x, use_reentrant=False)

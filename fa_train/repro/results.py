@@ -315,13 +315,21 @@ def context_lag_cpu(path: str = "reports/bench/context_lag/equal_tokens.json") -
              for name, run in runs.items()]
     return ["", f"The same question with PyTorch's attention on the CPU (`{path}`, "
             f"`research/context_lag/`, {data['date']}, torch {data['torch']}): the default job's "
-            f"GPT (4 layers, d_model 128, Python-docs corpus) at windows "
-            f"{' and '.join(str(r['seq_len']) for r in runs.values())}, attention=sdpa, "
-            f"{data['steps']:,} steps of {data['step_tokens']:,} tokens on the same draws of "
-            f"{data['draw_tokens']} tokens; both final models scored on the validation split cut into "
-            f"windows of {data['score_window']} (the same tokens, the same context): " + "; ".join(parts)
+            f"GPT (4 layers, d_model 128, Python-docs corpus) at windows 128 and 512, "
+            f"attention=sdpa, learned positions, {data['steps']:,} steps of "
+            f"{data['step_tokens']:,} tokens on the same draws of {data['draw_tokens']} tokens; "
+            f"every final model scored on the validation split cut into windows of "
+            f"{data['score_window']} (the same tokens, the same context): " + "; ".join(parts)
             + f"; gap {data['gap_nats']:+.3f} nats against the rule's {data['margin_nats']}: "
-            f"{data['verdict']}. The plot `{Path(path).with_suffix('.png')}` shows both curves."]
+            f"{data['verdict']}."
+            + (f" Why (window512-local128: window 512 whose queries see only the last 128 tokens; "
+               f"the rule fixed before it ran names the nearer run): {data['local_verdict']}."
+               if "local_verdict" in data else "")
+            + (f" Which part of the length (window128-nope, window512-nope: both windows without "
+               f"position embeddings; the rule fixed before they ran: a gap under half the "
+               f"learned-position one): {data['nope_gap_nats']:+.3f} nats, {data['nope_verdict']}."
+               if "nope_verdict" in data else "")
+            + f" The plot `{Path(path).with_suffix('.png')}` shows the curves."]
 
 
 def bert_reach() -> list[str]:

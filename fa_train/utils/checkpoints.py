@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 # Settings that may change between a run and its continuation: where data lives and how it is
 # loaded, and activation checkpointing (memory only). Everything else in model/data must match.
+# keys added after checkpoints were saved without them: the behaviour those checkpoints had
+ADDED_KEYS = {"model.pos_emb": "learned", "data.windows_per_draw": 1}
 RUNTIME_KEYS = {"data.num_workers", "data.pin_memory", "data.cache_dir", "data.data_dir",
                 "data.gen_workers", "data.num_proc", "data.eval_batch_size",
                 "model.activation_checkpointing"}
@@ -85,11 +87,12 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def config_diff(current: dict, saved: dict) -> list[str]:
     """Keys of model/data whose values differ, as "key: saved -> current". Keys the current
-    config leaves null (filled from the data later) and `RUNTIME_KEYS` are not compared."""
+    config leaves null (filled from the data later) and `RUNTIME_KEYS` are not compared; a key
+    of `ADDED_KEYS` that the saved config predates counts as the value it implied then."""
     cur = {k: v for k, v in flatten({s: current.get(s) for s in ("model", "data")}).items()
            if v is not None and k not in RUNTIME_KEYS}
-    old = {k: v for k, v in flatten({s: saved.get(s) for s in ("model", "data")}).items()
-           if k not in RUNTIME_KEYS}
+    old = {**ADDED_KEYS, **{k: v for k, v in flatten({s: saved.get(s) for s in ("model", "data")}).items()
+                            if k not in RUNTIME_KEYS}}
     return [f"{k}: {old.get(k, '<absent>')!r} -> {cur[k]!r}" for k in sorted(cur)
             if old.get(k) != cur[k]]
 

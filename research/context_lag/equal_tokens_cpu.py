@@ -13,16 +13,31 @@ Rule, fixed before the runs: if the window-512 model's loss on those windows is 
 window-128 model's by more than 0.05 nats, the longer window learned slower at equal tokens with
 PyTorch's attention as well (the lag is not our kernel's); otherwise it does not show at this scale.
 
+Then why (asked after those two runs): window512-local128 is window 512 whose queries see only the
+last 128 tokens (attention=local, window_left 127): the window's positions and draws, window 128's
+reach. Rule, fixed before it ran: if its score lies nearer window 128's, attending further back
+explains most of the lag; if nearer window 512's, the window's length itself does.
+
+And which part of the length (asked after window512-local128 landed nearer window 512): a learned
+position table gives each position one token per sequence, so at equal tokens per step a window
+4x longer trains each position's vector on 4x fewer examples. window128-nope and window512-nope
+are the two windows without position embeddings (model.pos_emb=none: causal attention alone tells
+order). Rule, fixed before they ran: if window512-nope trails window128-nope by less than half the
+learned-position gap (window512 minus window128), the learned table explains most of the lag.
+
 Writes OUT/equal_tokens.json and OUT/equal_tokens.png, prints a table. Usage, from the repository
-root (about 15 minutes on 2 CPU cores):
+root (about 40 minutes on 2 CPU cores for the five runs):
     python research/context_lag/equal_tokens_cpu.py reports/bench/context_lag
 
-Run 2026-11-29 on 2 CPU cores (torch 2.13, 800 steps, 1.6M tokens, 7.2 and 7.6 minutes):
-window 128 scored 5.095 on the 128-token windows, window 512 5.549: 0.45 nats behind, and behind
-at every position bucket, 0.63 nats at position 0 where neither model has any context, 0.44 at
-positions 64-127. Its own-window validation curve trailed from the first check (6.60 against
-6.35 at 0.2M tokens) and the gap widened to the end. The longer window learned slower at equal
-tokens with PyTorch's attention as with ours: the lag is not our kernel's.
+Run 2026-11-29 on 2 CPU cores (torch 2.13, 800 steps, 1.6M tokens, 7-8 minutes a run), scored on
+the same 128-token windows: window128 5.095, window512 5.549 (0.45 nats behind, behind at every
+position bucket: 0.63 at position 0, where neither model has context, 0.44 at positions 64-127;
+its curve trailed from the first check and the gap widened to the end): the longer window learned
+slower with PyTorch's attention too, so the lag is not our kernel's. window512-local128 5.594,
+nearer window 512: seeing less does not help, the window's length itself is the cause.
+window128-nope 5.135, window512-nope 5.255: without position embeddings the gap falls from 0.45
+to 0.12 nats, under half: the learned position table, each of whose rows sees one token per
+sequence, explains most of the lag.
 """
 from __future__ import annotations
 
@@ -45,16 +60,21 @@ DRAW = 512                 # tokens per random draw, for both windows
 STEP_TOKENS = 2048         # tokens per optimizer step
 SCORE_WINDOW = 128         # both models are scored on windows of this length
 MARGIN = 0.05              # nats: the rule above
-WINDOWS = (128, 512)
+RUNS = {"window128": (128, ["attention=sdpa"]), "window512": (512, ["attention=sdpa"]),
+        "window512-local128": (512, ["attention=local", "attention.window_left=127",
+                                     "attention.window_right=0"]),
+        "window128-nope": (128, ["attention=sdpa", "model.pos_emb=none"]),
+        "window512-nope": (512, ["attention=sdpa", "model.pos_emb=none"])}
 
 
-def run_config(out: Path, window: int, steps: int, val_every: int):
-    overrides = ["experiment=default", "attention=sdpa", f"data.seq_len={window}",
+def run_config(out: Path, name: str, steps: int, val_every: int):
+    window, attention = RUNS[name]
+    overrides = ["experiment=default", *attention, f"data.seq_len={window}",
                  f"data.batch_size={STEP_TOKENS // window}", f"data.windows_per_draw={DRAW // window}",
                  f"trainer.max_steps={steps}", f"trainer.val_check_interval={val_every}",
                  "trainer.limit_val_batches=1.0", "trainer.check_val_every_n_epoch=null",
                  f"callbacks.checkpoint.every_n_train_steps={steps}", "callbacks.progress=null",
-                 f"paths.output_dir={out / f'window{window}'}", f"paths.log_dir={out / 'runs'}",
+                 f"paths.output_dir={out / name}", f"paths.log_dir={out / 'runs'}",
                  f"task.scheduler.warmup_steps={max(30, steps // 20)}"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose("config", overrides=overrides)
@@ -120,28 +140,46 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--val-every", type=int, default=100)
+    ap.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS),
+                    help="run these; the others are kept from OUT/equal_tokens.json")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    result = {"question": __doc__.splitlines()[0], "steps": args.steps, "step_tokens": STEP_TOKENS,
-              "draw_tokens": DRAW, "score_window": SCORE_WINDOW, "margin_nats": MARGIN,
-              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "runs": {}}
-    for window in WINDOWS:
-        cfg = run_config(args.out.resolve(), window, args.steps, args.val_every)
+    path = args.out / "equal_tokens.json"
+    result = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+    result.update({"question": __doc__.splitlines()[0], "steps": args.steps,
+                   "step_tokens": STEP_TOKENS, "draw_tokens": DRAW, "score_window": SCORE_WINDOW,
+                   "margin_nats": MARGIN, "torch": torch.__version__,
+                   "date": time.strftime("%Y-%m-%d")})
+    for name in args.only:
+        cfg = run_config(args.out.resolve(), name, args.steps, args.val_every)
         t0 = time.perf_counter()
         m = train(cfg)
         if m["status"] != "ok":
-            raise SystemExit(f"window {window}: run ended {m['status']}: {m.get('error')}")
-        result["runs"][f"window{window}"] = {
-            "seq_len": window, "batch_size": STEP_TOKENS // window, "windows_per_draw": DRAW // window,
+            raise SystemExit(f"{name}: run ended {m['status']}: {m.get('error')}")
+        window = RUNS[name][0]
+        result["runs"][name] = {
+            "seq_len": window, "attention": m["attention"], "overrides": RUNS[name][1],
+            "batch_size": STEP_TOKENS // window, "windows_per_draw": DRAW // window,
             "seconds": round(time.perf_counter() - t0, 1), "final_val_loss_own_window": m["val/loss"],
             "val_curve": val_curve(Path(m["metrics_csv"])),
             "scored": score(cfg, Path(m["checkpoint"]))}
-    short, long_ = (result["runs"][f"window{w}"]["scored"]["loss"] for w in WINDOWS)
-    result["gap_nats"] = long_ - short
+    scored = {name: run["scored"]["loss"] for name, run in result["runs"].items()}
+    result["gap_nats"] = scored["window512"] - scored["window128"]
     result["verdict"] = ("the longer window learned slower at equal tokens with PyTorch's attention"
-                         if long_ - short > MARGIN else "no lag beyond the margin at this scale")
-    (args.out / "equal_tokens.json").write_text(json.dumps(result, indent=2))
+                         if result["gap_nats"] > MARGIN else "no lag beyond the margin at this scale")
+    if "window512-local128" in scored:
+        local = scored["window512-local128"]
+        result["local_verdict"] = (
+            "nearer window 128's: attending further back explains most of the lag"
+            if abs(local - scored["window128"]) < abs(local - scored["window512"]) else
+            "nearer window 512's: the window's length itself explains most of the lag")
+    if {"window128-nope", "window512-nope"} <= scored.keys():
+        result["nope_gap_nats"] = scored["window512-nope"] - scored["window128-nope"]
+        result["nope_verdict"] = (
+            "the learned position table explains most of the lag"
+            if result["nope_gap_nats"] < result["gap_nats"] / 2 else
+            "the learned position table does not explain most of the lag")
+    path.write_text(json.dumps(result, indent=2))
     plot(result, args.out / "equal_tokens.png")
     print("| run | own-window val loss | on 128-token windows | pos 0 | pos 64-128 | minutes |")
     for name, run in result["runs"].items():
@@ -150,6 +188,9 @@ def main() -> None:
               f"{s['by_position']['0-1']:.3f} | {s['by_position']['64-128']:.3f} | "
               f"{run['seconds'] / 60:.1f} |")
     print(f"gap (512 - 128) on the same windows: {result['gap_nats']:+.3f} nats: {result['verdict']}")
+    for key in ("local_verdict", "nope_verdict"):
+        if key in result:
+            print(f"{key}: {result[key]}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,22 @@ def test_gpt_standard_equals_sdpa_and_checkpointing():
         m(torch.zeros(1, 33, dtype=torch.long))
 
 
+def test_gpt_without_position_embeddings_tells_order_by_causality_and_decodes_the_same():
+    from tests.fa_train.inference.helpers import recompute_greedy, scaled_gpt
+    m = scaled_gpt(vocab_size=97, max_seq_len=32, n_layer=2, n_head=2, d_model=32,
+                   attention="sdpa", pos_emb="none")
+    assert m.wpe is None and m.num_params(non_embedding=True) == m.num_params()
+    idx = torch.randint(0, 97, (1, 12))
+    swapped = idx.clone()
+    swapped[0, [3, 4]] = idx[0, [4, 3]]
+    assert not torch.allclose(m(idx)[0, -1], m(swapped)[0, -1])   # order still matters
+    from fa_train.inference import Sampling, generate
+    out = generate(m, [idx[0].tolist()], 6, Sampling(temperature=0.0))
+    assert out.tokens[0] == recompute_greedy(m, idx[0].tolist(), 6)
+    with pytest.raises(ValueError, match="model.pos_emb"):
+        GPT(vocab_size=97, max_seq_len=8, n_layer=1, n_head=2, d_model=32, pos_emb="rotary")
+
+
 def _bert():
     torch.manual_seed(0)
     return BertForPreTraining(vocab_size=50, max_seq_len=16, n_layer=2, n_head=2, d_model=32,

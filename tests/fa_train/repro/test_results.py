@@ -166,7 +166,7 @@ def gpt2(ppl, tps):
 def test_lm_sections_say_not_run_yet_before_their_runs(tmp_path, monkeypatch):
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
-    for name, n in (("table4_gpt2_context", 7), ("table2_gpt2", 2), ("table1_bert", 4)):
+    for name, n in (("table4_gpt2_context", 9), ("table2_gpt2", 2), ("table1_bert", 4)):
         lines = results.scale_runs(name, "Runs", ("tokens",))
         assert lines[1] == (f"Runs (recipe {name}): not run yet at the gpu scale ({n} runs; their "
                             f"GPU time: `scales.gpu.hardware` of `recipes/{name}.yaml`).")
@@ -284,9 +284,19 @@ def test_table4_cpu_study_sentence_reads_its_json(tmp_path, monkeypatch):
         "verdict": "the longer window learned slower", "runs": {"window128": run(128, 4.5),
                                                                "window512": run(512, 4.7)}}))
     line = results.context_lag_cpu()[1]
-    assert "windows 128 and 512, attention=sdpa, 800 steps of 2,048 tokens" in line
+    assert "windows 128 and 512, attention=sdpa, learned positions, 800 steps of 2,048 tokens" in line
     assert "window512 4.700 (position 0: 6.700, positions 64-127: 4.600)" in line
     assert "gap +0.200 nats against the rule's 0.05: the longer window learned slower." in line
+    assert "Why" not in line
+    data = json.loads((study / "equal_tokens.json").read_text())
+    data["local_verdict"] = "nearer window 128's: attending further back explains most of the lag"
+    (study / "equal_tokens.json").write_text(json.dumps(data))
+    assert ("the rule fixed before it ran names the nearer run): nearer window 128's: attending "
+            "further back explains most of the lag.") in results.context_lag_cpu()[1]
+    data.update(nope_gap_nats=0.05, nope_verdict="the learned position table explains most of the lag")
+    (study / "equal_tokens.json").write_text(json.dumps(data))
+    assert ("under half the learned-position one): +0.050 nats, the learned position table "
+            "explains most of the lag.") in results.context_lag_cpu()[1]
 
 
 @pytest.mark.parametrize("gap, verdict", [(0.03, "holds"), (0.08, "does not hold")])

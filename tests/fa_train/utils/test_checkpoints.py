@@ -88,6 +88,14 @@ def test_config_diff_ignores_fields_filled_later_and_runtime_keys():
     assert config_diff(CFG, {**saved, "data": {"seq_len": 128}}) == ["data.seq_len: 128 -> 64"]
 
 
+def test_config_diff_reads_a_key_added_later_as_what_older_checkpoints_did():
+    saved = {"model": {"n_layer": 2}, "data": {"seq_len": 64}}
+    current = {"model": {"n_layer": 2, "pos_emb": "learned"}, "data": {"seq_len": 64}}
+    assert config_diff(current, saved) == []
+    current["model"]["pos_emb"] = "none"
+    assert config_diff(current, saved) == ["model.pos_emb: 'learned' -> 'none'"]
+
+
 def test_kill_9_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
     """A process writes checkpoint A, then dies (SIGKILL) half-way through writing B."""
     path = tmp_path / "checkpoints" / "last.ckpt"
