@@ -3,7 +3,8 @@
 Each run of the source whose entry finished later than this folder's (or that this folder lacks)
 replaces it: the results.json entry, with the source folder's paths in its command and overrides
 rewritten to this folder's, and the run's whole folder, where the records that point at its files
-(metrics.json, config.yaml, hparams.yaml) are rewritten the same way; logs stay as written.
+(metrics.json, config.yaml, hparams.yaml) are rewritten the same way; logs stay as written; a
+finished training run's metrics.csv is kept compressed (metrics_csv.compress).
 Earlier or equal entries stay as they are. Then the checkpoints kept for transfers that are all done
 go (`release_merged_sources`), as after `fa-repro run`.
 """
@@ -13,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from fa_train.repro.metrics_csv import compress
 from fa_train.repro.recipe import RecipeError, load_recipe
 from fa_train.repro.runner import RESULTS_FILE, Results, default_out_dir, load_json, release_sources
 
@@ -87,6 +89,8 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
             shutil.copytree(folder, target)
             if root is not None:
                 relocate_records(target, root, str(dest.resolve()))
+            if entry.get("status") != "paused" and entry.get("kind") == "train":
+                compress(target / "metrics.csv")
         if str(entry.get("finished") or "") > held_last:   # the host of the latest run made
             ours.data["host"] = theirs.get("host")
         ours.record(name, entry)

@@ -5,6 +5,7 @@ import pytest
 
 from fa_train.repro import cli
 from fa_train.repro.merge import merge_results
+from fa_train.repro.metrics_csv import read_rows
 from fa_train.repro.recipe import RecipeError
 from fa_train.repro.runner import run_recipe
 
@@ -18,6 +19,7 @@ def scratch(mini_recipe, tmp_path, monkeypatch):
     src = tmp_path / "host" / "scratch"
     run_recipe(mini_recipe, "gpu", src, executor=FakeExecutor({"base": "pause"}), console=quiet())
     (src / "fast" / "metrics.csv").write_text("step,train/loss\n1,2.0\n")
+    (src / "base" / "metrics.csv").write_text("step,train/loss\n1,2.0\n")
     record = {"status": "ok", "output_dir": str(src / "fast"),
               "metrics_csv": str(src / "fast" / "metrics.csv")}
     (src / "fast" / "metrics.json").write_text(json.dumps(record))
@@ -35,7 +37,9 @@ def test_runs_and_their_folders_come_over_with_paths_moved(scratch, tmp_path):
     assert base["status"] == "paused" and f"hydra.run.dir={dest}/base" in base["command"]
     assert not any(str(scratch) in json.dumps(e) for e in data["runs"].values())
     assert (dest / "base" / "checkpoints" / "last.ckpt").is_file()    # a paused run can continue
-    assert (dest / "fast" / "metrics.csv").read_text().startswith("step,")
+    assert not (dest / "fast" / "metrics.csv").exists()                # finished: compressed
+    assert read_rows(dest / "fast" / "metrics.csv") == [{"step": "1", "train/loss": "2.0"}]
+    assert (dest / "base" / "metrics.csv").is_file()                   # paused: appended to next
     record = json.loads((dest / "fast" / "metrics.json").read_text())   # records point here
     assert record["output_dir"] == str(dest / "fast")
     assert record["metrics_csv"] == str(dest / "fast" / "metrics.csv")

@@ -142,7 +142,8 @@ def test_paused_runs_keep_their_checkpoint_and_continue(mini_recipe, tmp_path):
     again = FakeExecutor()
     data = run_recipe(mini_recipe, "smoke", out, executor=again, console=quiet())
     assert again.calls == ["base"]                                   # only the paused run
-    assert (out / "base" / "metrics.csv").is_file()                  # the resumed run appends
+    assert (out / "base" / "metrics.csv.gz").is_file()               # the resumed run appended;
+    assert not (out / "base" / "metrics.csv").exists()               # finished: kept compressed
     base = data["runs"]["base"]
     assert base["status"] == "ok" and base["stretches"] == 2
     assert base["overrides"]["resume"] == str(out / "base")

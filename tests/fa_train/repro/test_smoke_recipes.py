@@ -42,7 +42,7 @@ def test_smoke_scale_runs_on_cpu(path, tmp_path):
             assert entry["metrics"]["status"] == "ok"
             assert entry["metrics"]["global_step"] == entry["overrides"].get("trainer.max_steps",
                                                                             SMOKE_STEPS)
-            assert (out / name / "metrics.csv").exists()
+            assert (out / name / "metrics.csv.gz").exists()    # finished: kept compressed
             # deleted after the run, or a transfer's source's once the transfer is done too
             assert not (out / name / "checkpoints").exists()
         else:
