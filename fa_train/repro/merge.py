@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fa_train.repro.metrics_csv import compress
+from fa_train.repro.metrics_csv import compress_if_finished
 from fa_train.repro.recipe import RecipeError, load_recipe
 from fa_train.repro.runner import RESULTS_FILE, Results, default_out_dir, load_json, release_sources
 
@@ -89,8 +89,7 @@ def merge_results(src: Path | str, dest: Path | str | None = None,
             shutil.copytree(folder, target)
             if root is not None:
                 relocate_records(target, root, str(dest.resolve()))
-            if entry.get("status") != "paused" and entry.get("kind") == "train":
-                compress(target / "metrics.csv")
+            compress_if_finished(target, entry.get("kind"), entry.get("status"))
         if str(entry.get("finished") or "") > held_last:   # the host of the latest run made
             ours.data["host"] = theirs.get("host")
         ours.record(name, entry)

@@ -37,6 +37,12 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def compress_if_finished(run_dir: Path, kind: str | None, status: str | None) -> None:
+    """`compress` a training run's metrics.csv unless the run is paused (its next stretch appends)."""
+    if kind == "train" and status != "paused":
+        compress(Path(run_dir) / "metrics.csv")
+
+
 def compress(path: Path) -> Path | None:
     """Replace a finished run's metrics.csv by metrics.csv.gz (the same bytes inside, about a
     quarter of the size, no timestamp: the same file for the same rows); None when there is none.

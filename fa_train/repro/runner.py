@@ -38,7 +38,7 @@ from typing import Any, Callable, Protocol
 
 import yaml
 
-from fa_train.repro.metrics_csv import compress
+from fa_train.repro.metrics_csv import compress_if_finished
 from fa_train.repro.recipe import Recipe, RecipeError, Run
 from fa_train.utils.run_dir import release_run_dir
 
@@ -621,8 +621,7 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         duration = time.perf_counter() - t0
         metrics = collect_metrics(run, run_dir)
         status, error = classify(outcome, metrics, bool(result_files(run, run_dir)))
-        if status != "paused" and run.kind == "train":
-            compress(run_dir / "metrics.csv")
+        compress_if_finished(run_dir, run.kind, status)
         if not keep_checkpoints and status != "paused" and run.name not in sources:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         if resuming:   # one run in several stretches: its first start, the sum of their durations
