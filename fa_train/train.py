@@ -44,6 +44,7 @@ def train(cfg) -> dict:
     from hydra.utils import instantiate
 
     from fa_train.callbacks import LossHistory, PauseAfter, RunRecord, StopOnDivergence, StopOnStall
+    from fa_train.data.lm import TextDataModule
     from fa_train.models.loading import load_init_weights
     from fa_train.utils.checkpoints import checkpoint_step
     from fa_train.utils.csv_log import trim_after
@@ -77,7 +78,8 @@ def train(cfg) -> dict:
             attention=model.attention.resolved(device) if hasattr(model, "attention") else None,
             n_params=sum(p.numel() for p in model.parameters()), precision=precision,
             batch_size=int(cfg.data.batch_size), accumulate_grad_batches=accum,
-            global_batch_size=int(cfg.data.batch_size) * devices * accum)
+            global_batch_size=int(cfg.data.batch_size) * devices * accum,
+            token_cache=dm.data_dir.name if isinstance(dm, TextDataModule) else None)
         if trainer.is_global_zero:
             m = record.metrics
             print(f"[fa-train] experiment={m['experiment']} attention={m['attention']} "

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fa_train.errors import check_int
+from fa_train.errors import UserError, check_int
 
 console = Console()
 CORPUS_HELP = """Prepare an offline corpus preset (see fa_train.data.corpus) and tokenize it where the training
@@ -31,7 +31,10 @@ configs look for it, then print documents and tokens per split and source and th
   large        >= 30M GPT-2 tokens of English documentation from Debian/Ubuntu packages and PyPI sdists
                (Linux kernel, Perl, Python, PostgreSQL, Django, ...), deduplicated and split by document;
                per-source tokens and licences in <cache-dir>/corpus/large/manifest.json. Needs apt-get
-               and pip with registry access once (about 6 CPU-minutes); config: data=lm_large.
+               and pip with registry access once (about 6 CPU-minutes); config: data=lm_large. Each
+               package is read at the version pinned in fa_train.data.corpus_large (the corpus the
+               committed results were trained on); once apt no longer offers one, restore a pack of
+               it, or build another corpus with --unpinned (its runs compare only with each other).
 
 To train on a machine without registry access, pack the tokens (a folder of ~25 MB: xz-compressed
 uint16 memmaps, the tokenizer and the manifests) and restore them there (seconds, no network):
@@ -68,6 +71,8 @@ def _corpus(args) -> int:
     from fa_train.data import corpus_tokens
     from fa_train.data.corpus import corpus_ready, prepare_preset
 
+    if args.unpinned and (args.preset != "large" or args.from_pack):
+        raise UserError("--unpinned applies to building --preset large only (not python-docs, not --from-pack)")
     args.tokenizer = args.tokenizer or ("gpt2" if args.preset == "large" else "bpe")
     args.seq_len = args.seq_len or (1024 if args.preset == "large" else 256)
     if args.from_pack:
@@ -89,7 +94,7 @@ def _corpus(args) -> int:
     else:
         with _stages() as progress:
             t = progress.add_task(f"preparing the {args.preset} corpus (apt-get/pip download, once)", total=1)
-            files = prepare_preset(args.preset, args.cache_dir, workers=args.num_proc)
+            files = prepare_preset(args.preset, args.cache_dir, workers=args.num_proc, pinned=not args.unpinned)
             progress.update(t, completed=1)
             t = progress.add_task(f"tokenizing with {args.tokenizer}", total=1)
             dm = _corpus_module(args)
@@ -178,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, default=None,
                    help="window length (max_seq_len for wordpiece/MLM); default 256, 1024 for large")
     p.add_argument("--num-proc", type=int, default=1, help="processes (tokenizer; sources read at a time)")
+    p.add_argument("--unpinned", action="store_true",
+                   help="large: read each apt package at the version apt offers now, not the pinned one "
+                        "(another corpus, for when the pinned versions are gone)")
     carry = p.add_mutually_exclusive_group()
     carry.add_argument("--pack", metavar="DIR", help="also write the compressed pack of the tokens into DIR")
     carry.add_argument("--from-pack", metavar="DIR", help="restore the tokens from a pack (no download, no tokenizing)")

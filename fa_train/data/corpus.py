@@ -274,19 +274,22 @@ def preset_identity(name: str, cache_dir: str | Path) -> dict:
     if name == "python-docs":
         return docs_params(default_origin(cache_dir))
     if name == "large":
-        from fa_train.data.corpus_large import large_params
-        return large_params()
+        from fa_train.data.corpus_large import large_params, prepared_sources
+        return large_params(prepared_sources(cache_dir))
     raise ValueError(f"preset={name!r} is not known; use one of {PRESETS}")
 
 
-def prepare_preset(name: str, cache_dir: str | Path, workers: int = 1) -> dict[str, Path]:
-    """{split: jsonl path} of preset ``name``, prepared once under ``<cache_dir>/corpus/<name>`` (the
-    large one reads ``workers`` sources at a time)."""
+def prepare_preset(name: str, cache_dir: str | Path, workers: int = 1, pinned: bool | None = None
+                   ) -> dict[str, Path]:
+    """{split: jsonl path} of preset ``name``, prepared once under ``<cache_dir>/corpus/<name>``. The
+    large one reads ``workers`` sources at a time; ``pinned``: True builds it at its pinned package
+    versions, False at those apt offers now, None (training) takes the one prepared, else the pinned."""
     if name == "python-docs":
         return prepare_python_docs(cache_dir)
     if name == "large":
-        from fa_train.data.corpus_large import prepare_large
-        return prepare_large(cache_dir, workers=workers)
+        from fa_train.data.corpus_large import LARGE_SOURCES, prepare_large, prepared_sources
+        sources = prepared_sources(cache_dir) if pinned is None else LARGE_SOURCES
+        return prepare_large(cache_dir, sources, workers=workers, pinned=pinned is not False)
     raise ValueError(f"preset={name!r} is not known; use one of {PRESETS}")
 
 

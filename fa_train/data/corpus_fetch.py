@@ -58,24 +58,40 @@ def apt_version(package: str) -> str:
     return "" if m is None or m.group(1) == "(none)" else m.group(1)
 
 
-def download_deb(package: str, dest: Path) -> Path:
-    """``apt-get download package`` into ``dest`` (once; an ``apt-get update`` retry when the package
-    lists are stale); returns the .deb."""
+def apt_versions(package: str) -> list[str]:
+    """Every version of ``package`` apt can download (its version table)."""
+    out = run_command(["apt-cache", "policy", package])
+    table = out.split("Version table:", 1)[1] if "Version table:" in out else ""
+    return [m.group(1) for m in re.finditer(r"^ (?: {4}|\*\*\* )(\S+) \d+$", table, re.MULTILINE)]
+
+
+def deb_name(package: str, version: str) -> str:
+    """The file name ``apt-get download`` gives ``package`` at ``version`` (up to the architecture)."""
+    return f"{package}_{version.replace(':', '%3a')}_"
+
+
+def download_deb(package: str, dest: Path, version: str = "") -> Path:
+    """``apt-get download package[=version]`` into ``dest`` (once per version; an ``apt-get update`` retry
+    when the package lists are stale); returns the .deb. Without ``version``, the candidate's."""
     dest = Path(dest).resolve()
     dest.mkdir(parents=True, exist_ok=True)
-    found = sorted(dest.glob(f"{package}_*.deb"))
+    version = version or apt_version(package)
+    found = sorted(dest.glob(f"{deb_name(package, version)}*.deb")) if version else []
     if found:
         return found[-1]
+    spec = f"{package}={version}" if version else package
     try:
-        run_command(["apt-get", "download", package], cwd=dest)
+        run_command(["apt-get", "download", spec], cwd=dest)
     except CommandError as err:
         if not hasattr(os, "geteuid") or os.geteuid() != 0:
             raise CommandError(f"{err}\nRun `sudo apt-get update` and try again.") from None
         run_command(["apt-get", "update"])
-        run_command(["apt-get", "download", package], cwd=dest)
-    found = sorted(dest.glob(f"{package}_*.deb"))
+        version = version or apt_version(package)
+        spec = f"{package}={version}" if version else package
+        run_command(["apt-get", "download", spec], cwd=dest)
+    found = sorted(dest.glob(f"{deb_name(package, version)}*.deb" if version else f"{package}_*.deb"))
     if not found:
-        raise CommandError(f"`apt-get download {package}` left no .deb in {dest}")
+        raise CommandError(f"`apt-get download {spec}` left no .deb in {dest}")
     return found[-1]
 
 

@@ -14,14 +14,15 @@ pack (`fa_train.data.corpus_tokens`).
 """
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from fa_train.data import corpus_fetch as fetch
-from fa_train.data.corpus import APT_DOCS, Document, corpus_ready, write_corpus
+from fa_train.data.corpus import Document, corpus_ready, read_manifest, write_corpus
 from fa_train.data.corpus_markup import (clean_text, drop_boilerplate, html_language, html_to_text, pod_to_text,
                                          rst_to_text)
 
@@ -33,9 +34,9 @@ MARKUP = {"rst": rst_to_text, "pod": pod_to_text, "html": html_to_text}
 
 @dataclass(frozen=True)
 class Source:
-    """One package's documentation. ``package``: a regex of apt package names (the newest match is
-    used) or ``pypi:Name==Version``; ``include``/``exclude``: regexes on paths inside the package (or
-    inside the tarball matching ``inner``, for packages that ship one)."""
+    """One package's documentation. ``package``: an apt package, read at ``version``, or
+    ``pypi:Name==Version``; ``include``/``exclude``: regexes on paths inside the package (or inside the
+    tarball matching ``inner``, for packages that ship one)."""
     name: str
     package: str
     include: str
@@ -43,61 +44,69 @@ class Source:
     licence: str
     exclude: str = ""
     inner: str = ""
+    version: str = ""
 
 
 _SPHINX = r"usr/share/doc/{pkg}/html/_sources/.+\.txt"
 
 
-def _sphinx_html(name: str, package: str, licence: str) -> Source:
+def _sphinx_html(name: str, package: str, licence: str, version: str) -> Source:
     """A Sphinx-built HTML manual of a Debian ``python-*-doc`` package, without its generated indexes and
     its highlighted source pages."""
     return Source(name, package, rf"usr/share/doc/{package}/html/.+\.html", "html", licence,
-                  exclude=r".*/_(modules|sources|static|images|downloads)/.*|.*/(genindex|search|py-modindex)\.html")
+                  exclude=r".*/_(modules|sources|static|images|downloads)/.*|.*/(genindex|search|py-modindex)\.html",
+                  version=version)
 
 
-LARGE_SOURCES = (
-    Source("linux-docs", r"linux-source-\d+\.\d+", r"linux-source-[\d.]+/Documentation/.+\.(rst|txt)", "rst",
+LARGE_SOURCES = (  # each apt package pinned at the version the committed results were trained on
+    Source("linux-docs", "linux-source-6.1", r"linux-source-[\d.]+/Documentation/.+\.(rst|txt)", "rst",
            "GPL-2.0-only", exclude=r".*/Documentation/(translations|devicetree/bindings|ABI|output|sphinx)/.*",
-           inner=r"usr/src/linux-source-[\d.]+\.tar\.(xz|bz2|gz)"),
-    Source("perl-docs", r"perl-doc", r"usr/share/perl/[\d.]+/pod/.+\.pod", "pod",
-           "Artistic-1.0-Perl OR GPL-1.0-or-later", exclude=r".*/(perltoc|perluniprops)\.pod"),
-    Source("python-docs", APT_DOCS, r"usr/share/doc/python3\.\d+/html/_sources/.+\.rst\.txt", "rst", "PSF-2.0"),
-    Source("postgresql-docs", r"postgresql-doc-\d+", r"usr/share/doc/postgresql-doc-\d+/html/.+\.html", "html",
-           "PostgreSQL", exclude=r".*/(bookindex|index)\.html"),
+           inner=r"usr/src/linux-source-[\d.]+\.tar\.(xz|bz2|gz)", version="6.1.176-1"),
+    Source("perl-docs", "perl-doc", r"usr/share/perl/[\d.]+/pod/.+\.pod", "pod",
+           "Artistic-1.0-Perl OR GPL-1.0-or-later", exclude=r".*/(perltoc|perluniprops)\.pod",
+           version="5.36.0-7+deb12u3"),
+    Source("python-docs", "python3.11-doc", r"usr/share/doc/python3\.\d+/html/_sources/.+\.rst\.txt", "rst",
+           "PSF-2.0", version="3.11.2-6+deb12u8"),
+    Source("postgresql-docs", "postgresql-doc-15", r"usr/share/doc/postgresql-doc-\d+/html/.+\.html", "html",
+           "PostgreSQL", exclude=r".*/(bookindex|index)\.html", version="15.18-0+deb12u1"),
     Source("django-docs", "pypi:Django==4.2.16", r"docs/.+\.txt", "rst", "BSD-3-Clause"),
-    _sphinx_html("sqlalchemy-docs", "python-sqlalchemy-doc", "MIT"),
-    Source("pandas-docs", r"python-pandas-doc", _SPHINX.format(pkg="python-pandas-doc"), "rst", "BSD-3-Clause"),
-    _sphinx_html("scipy-docs", "python-scipy-doc", "BSD-3-Clause"),
-    _sphinx_html("sklearn-docs", "python-sklearn-doc", "BSD-3-Clause"),
-    _sphinx_html("astropy-docs", "python-astropy-doc", "BSD-3-Clause"),
-    _sphinx_html("statsmodels-docs", "python-statsmodels-doc", "BSD-3-Clause"),
-    _sphinx_html("dask-docs", "python-dask-doc", "BSD-3-Clause"),
-    _sphinx_html("celery-docs", "python-celery-doc", "BSD-3-Clause"),
-    _sphinx_html("pytest-docs", "python-pytest-doc", "MIT"),
-    _sphinx_html("flask-docs", "python-flask-doc", "BSD-3-Clause"),
-    Source("sympy-docs", r"python-sympy-doc", _SPHINX.format(pkg="python-sympy-doc"), "rst", "BSD-3-Clause"),
-    Source("sphinx-docs", r"sphinx-doc", _SPHINX.format(pkg="sphinx-doc"), "rst", "BSD-2-Clause"),
-    Source("nodejs-docs", r"nodejs-doc", r"usr/share/doc/nodejs/api/.+\.html", "html", "MIT",
-           exclude=r".*/(all|index)\.html"),
-    Source("git-docs", r"git-doc", r"usr/share/doc/git-doc/.+\.html", "html", "GPL-2.0-only",
-           exclude=r".*/(index|git-index)\.html"),
-    Source("rust-books", r"rust-doc", r"usr/share/doc/rust-doc/html/(book|reference|nomicon|rustc|edition-guide|"
+    _sphinx_html("sqlalchemy-docs", "python-sqlalchemy-doc", "MIT", "1.4.46+ds1-1"),
+    Source("pandas-docs", "python-pandas-doc", _SPHINX.format(pkg="python-pandas-doc"), "rst", "BSD-3-Clause",
+           version="1.5.3+dfsg-2"),
+    _sphinx_html("scipy-docs", "python-scipy-doc", "BSD-3-Clause", "1.10.1-2"),
+    _sphinx_html("sklearn-docs", "python-sklearn-doc", "BSD-3-Clause", "1.2.1+dfsg-1"),
+    _sphinx_html("astropy-docs", "python-astropy-doc", "BSD-3-Clause", "5.2.1-2+deb12u1"),
+    _sphinx_html("statsmodels-docs", "python-statsmodels-doc", "BSD-3-Clause", "0.13.5+dfsg-7"),
+    _sphinx_html("dask-docs", "python-dask-doc", "BSD-3-Clause", "2022.12.1+dfsg-2"),
+    _sphinx_html("celery-docs", "python-celery-doc", "BSD-3-Clause", "5.2.6-5"),
+    _sphinx_html("pytest-docs", "python-pytest-doc", "MIT", "7.2.1-2"),
+    _sphinx_html("flask-docs", "python-flask-doc", "BSD-3-Clause", "2.2.2-3"),
+    Source("sympy-docs", "python-sympy-doc", _SPHINX.format(pkg="python-sympy-doc"), "rst", "BSD-3-Clause",
+           version="1.11.1-1"),
+    Source("sphinx-docs", "sphinx-doc", _SPHINX.format(pkg="sphinx-doc"), "rst", "BSD-2-Clause", version="5.3.0-4"),
+    Source("nodejs-docs", "nodejs-doc", r"usr/share/doc/nodejs/api/.+\.html", "html", "MIT",
+           exclude=r".*/(all|index)\.html", version="18.20.4+dfsg-1~deb12u2"),
+    Source("git-docs", "git-doc", r"usr/share/doc/git-doc/.+\.html", "html", "GPL-2.0-only",
+           exclude=r".*/(index|git-index)\.html", version="1:2.39.5-0+deb12u3"),
+    Source("rust-books", "rust-doc", r"usr/share/doc/rust-doc/html/(book|reference|nomicon|rustc|edition-guide|"
            r"embedded-book|rust-by-example|unstable-book|rustdoc)/.+\.html", "html", "MIT OR Apache-2.0",
-           exclude=r".*/(print|toc|404|index)\.html"),
-    Source("gimp-help", r"gimp-help-en", r"usr/share/gimp/2\.0/help/en/.+\.html", "html", "GFDL-1.2-or-later"),
-    Source("perl-module-docs", r"perl-modules-5\.\d+", r"usr/share/perl/[\d.]+/.+\.(pm|pod)", "pod",
-           "Artistic-1.0-Perl OR GPL-1.0-or-later"),
-    Source("erlang-docs", r"erlang-doc", r"usr/share/doc/erlang-doc/.+\.html", "html", "Apache-2.0",
-           exclude=r".*/(java|src)/.*|.*/(index|release_notes|notes)\.html"),
-    Source("ghc-users-guide", r"ghc-doc", r"usr/share/doc/ghc-doc/html/users_guide/.+\.html", "html",
-           "BSD-3-Clause", exclude=r".*/(genindex|search|index)\.html"),
-    Source("apache-httpd-docs", r"apache2-doc", r"usr/share/doc/apache2-doc/manual/en/.+\.html", "html",
-           "Apache-2.0", exclude=r".*/(index|sitemap|quickreference)\.html"),
-    Source("debian-handbook", r"debian-handbook", r"usr/share/doc/debian-handbook/html/en-US/.+\.html", "html",
-           "GPL-2.0-or-later OR CC-BY-SA-3.0", exclude=r".*/index\.html"),
-    Source("octave-docs", r"octave-doc", r"usr/share/doc/octave/octave\.html/.+\.html", "html",
+           exclude=r".*/(print|toc|404|index)\.html", version="1.63.0+dfsg1-2"),
+    Source("gimp-help", "gimp-help-en", r"usr/share/gimp/2\.0/help/en/.+\.html", "html", "GFDL-1.2-or-later",
+           version="2.10.34-2"),
+    Source("perl-module-docs", "perl-modules-5.36", r"usr/share/perl/[\d.]+/.+\.(pm|pod)", "pod",
+           "Artistic-1.0-Perl OR GPL-1.0-or-later", version="5.36.0-7+deb12u3"),
+    Source("erlang-docs", "erlang-doc", r"usr/share/doc/erlang-doc/.+\.html", "html", "Apache-2.0",
+           exclude=r".*/(java|src)/.*|.*/(index|release_notes|notes)\.html", version="1:25.2.3+dfsg-1+deb12u4"),
+    Source("ghc-users-guide", "ghc-doc", r"usr/share/doc/ghc-doc/html/users_guide/.+\.html", "html",
+           "BSD-3-Clause", exclude=r".*/(genindex|search|index)\.html", version="9.0.2-4"),
+    Source("apache-httpd-docs", "apache2-doc", r"usr/share/doc/apache2-doc/manual/en/.+\.html", "html",
+           "Apache-2.0", exclude=r".*/(index|sitemap|quickreference)\.html", version="2.4.68-1~deb12u1"),
+    Source("debian-handbook", "debian-handbook", r"usr/share/doc/debian-handbook/html/en-US/.+\.html", "html",
+           "GPL-2.0-or-later OR CC-BY-SA-3.0", exclude=r".*/index\.html", version="11.20220922"),
+    Source("octave-docs", "octave-doc", r"usr/share/doc/octave/octave\.html/.+\.html", "html",
            "GPL-3.0-or-later",
-           exclude=r".*/(index|Concept-Index|Function-Index|Operator-Index|Graphics-Properties-Index)\.html"),
+           exclude=r".*/(index|Concept-Index|Function-Index|Operator-Index|Graphics-Properties-Index)\.html",
+           version="7.3.0-2"),
 )
 
 
@@ -110,20 +119,62 @@ def large_params(sources: Iterable[Source] | None = None, fractions=None, min_ch
 
 
 def package_files(src: Source, downloads: Path) -> tuple[Iterator[tuple[str, bytes]], dict]:
-    """The selected (path, bytes) of ``src``'s package (downloaded once into ``downloads``) and
-    {"package", "version"} of what was used."""
+    """The selected (path, bytes) of ``src``'s package at its version (downloaded once into
+    ``downloads``) and {"package", "version"} of what was used."""
     include, exclude = re.compile(src.include), re.compile(src.exclude) if src.exclude else None
     select = lambda p: bool(include.fullmatch(p)) and not (exclude and exclude.fullmatch(p))  # noqa: E731
     if src.package.startswith("pypi:"):
         spec = src.package.removeprefix("pypi:")
         return fetch.sdist_files(fetch.download_sdist(spec, downloads), select), {"package": spec, "version": ""}
-    names = fetch.apt_packages(src.package)
-    if not names:
-        raise RuntimeError(f"apt offers no package matching {src.package!r} (source {src.name})")
-    deb = fetch.download_deb(names[-1], downloads)
+    deb = fetch.download_deb(src.package, downloads, src.version)
     files = fetch.deb_files(deb, select if not src.inner else (lambda p: False), src.inner or None,
                             select if src.inner else None)
-    return files, {"package": names[-1], "version": fetch.apt_version(names[-1])}
+    return files, {"package": src.package, "version": src.version}
+
+
+def check_offered(sources: Iterable[Source]) -> None:
+    """A RuntimeError naming every apt package whose pinned version apt does not offer (package lists
+    refreshed once first when running as root), with what it offers and the two ways on."""
+    def missing() -> list[tuple[Source, list[str]]]:
+        out = []
+        for src in sources:
+            if not src.package.startswith("pypi:"):
+                offered = fetch.apt_versions(src.package)
+                if src.version not in offered:
+                    out.append((src, offered))
+        return out
+
+    gone = missing()
+    if gone and hasattr(os, "geteuid") and os.geteuid() == 0:
+        fetch.run_command(["apt-get", "update"])
+        gone = missing()
+    if gone:
+        lines = "; ".join(f"{s.name}: {s.package} {s.version} (apt offers {', '.join(o) or 'none'})" for s, o in gone)
+        raise RuntimeError(f"the large corpus is pinned to package versions apt no longer offers: {lines}. "
+                           f"Restore a pack of the pinned corpus (fa-data corpus --preset large --from-pack DIR), "
+                           f"or build another corpus from what apt offers now with --unpinned (its runs compare "
+                           f"only with each other).")
+
+
+def unpinned(sources: Iterable[Source]) -> tuple[Source, ...]:
+    """``sources`` with each apt package at the version apt offers now."""
+    out = []
+    for src in sources:
+        if not src.package.startswith("pypi:"):
+            version = fetch.apt_version(src.package)
+            if not version:
+                raise RuntimeError(f"apt offers no {src.package} (source {src.name})")
+            src = replace(src, version=version)
+        out.append(src)
+    return tuple(out)
+
+
+def prepared_sources(cache_dir: str | Path) -> tuple[Source, ...]:
+    """The sources of the large corpus prepared in ``cache_dir`` (intact), else `LARGE_SOURCES`."""
+    m = read_manifest(Path(cache_dir) / "corpus" / "large")
+    if m is None:
+        return LARGE_SOURCES
+    return tuple(Source(**s) for s in m["params"]["sources"])
 
 
 def _english(src: Source, page: str) -> bool:
@@ -157,17 +208,20 @@ def _read_source(job: tuple[Source, Path, int]) -> tuple[list[Document], dict]:
 
 
 def prepare_large(cache_dir: str | Path, sources: tuple[Source, ...] | None = None, fractions=None,
-                  min_chars: int | None = None, workers: int = 1) -> dict[str, Path]:
+                  min_chars: int | None = None, workers: int = 1, pinned: bool = True) -> dict[str, Path]:
     """{split: jsonl path} of the large corpus under ``<cache_dir>/corpus/large`` (built once per
     parameters, reading ``workers`` sources at a time; the package archives stay in
-    ``<cache_dir>/downloads/large``)."""
+    ``<cache_dir>/downloads/large``). ``pinned=False`` reads each apt package at the version apt
+    offers now instead of the pinned one (another corpus, another cache key)."""
     from fa_train.data.lm import info
 
     sources = LARGE_SOURCES if sources is None else sources
+    sources = sources if pinned else unpinned(sources)
     fractions, min_chars = fractions or FRACTIONS, MIN_CHARS if min_chars is None else min_chars
     out, params = Path(cache_dir) / "corpus" / "large", large_params(sources, fractions, min_chars)
     if (paths := corpus_ready(out, params)) is not None:
         return paths
+    check_offered(sources)
     jobs = [(src, Path(cache_dir) / "downloads" / "large", min_chars) for src in sources]
     packages: dict[str, dict] = {}
 

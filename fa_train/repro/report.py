@@ -369,12 +369,16 @@ def _cell_devices(ours: Ours, cell: dict[str, Any]) -> set[str]:
 def _curve_pair(ours, table, row, col, spec, cells, columns, x_default):
     """The `curve` of the row's run and of its baseline row's ({x: value} each; `x` or
     x_default), and what the cell says: "paused" when one of them is; or (None, why) when one has
-    no curve. The baseline row is `baseline_rows[row]`, else `baseline_row`."""
+    no curve, or when the two read different token caches (another corpus or tokenizer). The
+    baseline row is `baseline_rows[row]`, else `baseline_row`."""
     mine = cells.get(col)
     baseline = (spec.get("baseline_rows") or {}).get(row, spec["baseline_row"])
     base = _cells((table.get("rows") or {}).get(baseline), columns).get(col)
     if not mine or not base:
         return None, "n/a"
+    caches = {lookup((ours.runs.get(c["run"]) or {}).get("metrics") or {}, "token_cache") for c in (mine, base)}
+    if None not in caches and len(caches) > 1:
+        return None, "other data"
     x_key = spec.get("x", x_default)
     a, b = ours.curve(mine["run"], spec["curve"], x_key), ours.curve(base["run"], spec["curve"], x_key)
     statuses = [ours.status(c["run"]) for c in (mine, base)]

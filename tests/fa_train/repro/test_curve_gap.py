@@ -11,11 +11,12 @@ GAP = {"derive": "curve_gap", "curve": "train/loss", "baseline_row": "base"}
 TABLE = {"paper_table": "t", "rows": {"base": "a", "other": "b"}, "columns": {"gap": GAP}}
 
 
-def _ours(tmp_path: Path, curves: dict[str, str], status_b: str = "ok") -> Ours:
+def _ours(tmp_path: Path, curves: dict[str, str], status_b: str = "ok", caches=(None, None)) -> Ours:
     tmp_path.mkdir(parents=True, exist_ok=True)
     recipe = Recipe(tmp_path / "r.yaml", {"name": "r", "metrics": {}, "runs": [{"name": "a"}, {"name": "b"}]})
-    runs = {"a": {"status": "ok", "kind": "train", "run_dir": "a", "metrics": {}},
-            "b": {"status": status_b, "kind": "train", "run_dir": "b", "metrics": {}}}
+    metrics = [{"token_cache": c} if c else {} for c in caches]
+    runs = {"a": {"status": "ok", "kind": "train", "run_dir": "a", "metrics": metrics[0]},
+            "b": {"status": status_b, "kind": "train", "run_dir": "b", "metrics": metrics[1]}}
     (tmp_path / "results.json").write_text(json.dumps({"runs": runs}))
     for run, text in curves.items():
         (tmp_path / run).mkdir()
@@ -58,6 +59,17 @@ def test_no_common_points_or_run_not_done(tmp_path):
     assert _gap(ours) == (None, "no common points")
     ours = _ours(tmp_path / "y", {"a": "step,train/loss\n0,1.0\n", "b": "step,train/loss\n0,1.0\n"}, "failed")
     assert _gap(ours) == (None, "failed")
+
+
+def test_runs_that_read_different_token_caches_are_not_compared(tmp_path):
+    curves = {"a": "step,val/loss\n99,5.0\n", "b": "step,val/loss\n99,5.5\n"}
+    table = {**TABLE, "columns": {"gap": {**GAP, "curve": "val/loss"}}}
+    other = _ours(tmp_path / "x", curves, caches=("large-gpt2-aaa", "large-gpt2-bbb"))
+    assert our_row(other, table, "other", ["gap"], {})["gap"] == (None, "other data")
+    same = _ours(tmp_path / "y", curves, caches=("large-gpt2-aaa", "large-gpt2-aaa"))
+    unknown = _ours(tmp_path / "z", curves, caches=("large-gpt2-aaa", None))  # recorded before the key existed
+    assert our_row(same, table, "other", ["gap"], {})["gap"] == our_row(unknown, table, "other", ["gap"], {})["gap"] \
+        == (0.5, "")
 
 
 def test_a_paused_run_counts_up_to_its_pause_and_scale_gives_points(tmp_path):
