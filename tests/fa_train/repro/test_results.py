@@ -267,6 +267,42 @@ def test_table4_kernel_check_applies_the_recipe_rule(tmp_path, monkeypatch, sdpa
     assert f"sdpa-4k {sdpa:.3f}, flash-4k 2.900, {sdpa - 2.9:+.3f} nats, {verdict}." in line
 
 
+def test_table4_kernel_check_gives_the_speeds_of_one_gpu_model_only(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    runs = {"flash-4k": {"val/loss": 2.9}, "sdpa-4k": {**gpt2(40.0, 330.0), "val/loss": 2.91},
+            "flash-4k-nope": {**gpt2(40.0, 300.0), "val/loss": 3.2}}
+    lm_results(tmp_path, "table4_gpt2_context", runs, {"sdpa-4k": "step,train/loss\n9,8.50\n19,8.40\n",
+                                                       "flash-4k": "step,train/loss\n9,8.49\n19,8.43\n29,7.0\n"})
+    assert ("The same data and order: their training losses at the first 2 logged steps (to step 19) differ "
+            "by at most 0.0300.") in " ".join(results.context_lag())
+    assert ("Speed on one GPU model (NVIDIA H100 80GB HBM3): sdpa-4k 330 tokens/s, flash-4k-nope (our "
+            "kernel; the same model but its position table) 300: PyTorch's attention 1.100x ours") \
+        in " ".join(results.context_lag())
+    shutil.rmtree(tmp_path / "reports")
+    runs["sdpa-4k"]["device_name"] = "NVIDIA H200"
+    lm_results(tmp_path, "table4_gpt2_context", runs)
+    assert "Speed on one GPU model" not in " ".join(results.context_lag())
+
+
+@pytest.mark.parametrize("nope4k, verdict", [
+    (2.45, "-0.050 nats, at or below it: once no position table has to be learned, the longer context helps"),
+    (3.0, "+0.500 nats, above it, by more than with the learned table (+0.400): the table does not explain"),
+    (2.6, "+0.100 nats, above it, by less than with the learned table (+0.400): the table explains 75% of"),
+])
+def test_table4_positions_check_applies_the_recipe_rule(tmp_path, monkeypatch, nope4k, verdict):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    runs = {n: {**gpt2(40.0, 1.0), "val/loss": v}
+            for n, v in (("flash-1k", 2.5), ("flash-4k", 2.9), ("flash-1k-nope", 2.5))}
+    lm_results(tmp_path, "table4_gpt2_context", runs)
+    assert "no position" not in " ".join(results.context_lag())        # flash-4k-nope not run
+    shutil.rmtree(tmp_path / "reports")
+    lm_results(tmp_path, "table4_gpt2_context", {**runs, "flash-4k-nope": {**gpt2(40.0, 1.0), "val/loss": nope4k}})
+    line = results.context_lag()[-1]
+    assert f"final validation loss flash-4k-nope {nope4k:.3f}, flash-1k-nope 2.500, {verdict}" in line
+
+
 def test_table4_cpu_study_sentence_reads_its_json(tmp_path, monkeypatch):
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
