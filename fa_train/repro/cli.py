@@ -5,6 +5,7 @@
                  [--gpus IDS] [--pause-after MINUTES] [--time-budget MINUTES]
     fa-repro report RECIPE [--scale S] [--out DIR]
     fa-repro merge SOURCE [--into DIR] [--only RUN]
+    fa-repro prepare RECIPE --scale S [--only RUN]
     fa-repro results [--check]
 
 RECIPE is a name (`table3_lra`) or a path (`recipes/table3_lra.yaml`). The default output
@@ -12,7 +13,9 @@ folder is reports/<recipe>/<scale>/. With --pause-after, each training run stops
 and keeps its checkpoint; the same command run again (on this or another machine, with the
 output folder carried over) continues the paused runs; --time-budget ends the invocation within
 MINUTES, pausing training runs in time. `merge` brings an output folder made elsewhere (a GPU
-host's scratch --out) into reports/: runs that finished later replace their entries. `results`
+host's scratch --out) into reports/: runs that finished later replace their entries. `prepare`
+prepares the runs' data (a generated set, a tokenized corpus) without training, into the caches
+the runs read, e.g. in the background while another recipe trains. `results`
 renders README.md's results-at-a-glance table and RESULTS.md's measured tables from the
 committed result files.
 """
@@ -73,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="the folder to merge into (default reports/<recipe>/<scale>)")
     m.add_argument("--only", action="append", default=None, metavar="RUN",
                    help="merge only this run (repeatable)")
+    prep = sub.add_parser("prepare", help="prepare the data of a recipe's training runs (generate, "
+                                          "download, tokenize) without training them")
+    prep.add_argument("recipe")
+    prep.add_argument("--scale", choices=SCALES, required=True)
+    prep.add_argument("--only", action="append", default=None, metavar="RUN",
+                      help="prepare only this run's data (repeatable)")
     rep = sub.add_parser("report", help="render report.md and plots from a recipe's results")
     rep.add_argument("recipe")
     rep.add_argument("--scale", choices=SCALES, default=None,
@@ -162,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 print(f"fa-repro: {len(bad)} run(s) failed: {', '.join(bad)}", file=sys.stderr)
                 return 1
+            return 0
+        if args.command == "prepare":
+            from fa_train.repro.runner import prepare_run_data
+            prepare_run_data(recipe, args.scale, only=args.only)
             return 0
         from fa_train.repro.report import render_report
         from fa_train.repro.runner import RESULTS_FILE, default_out_dir

@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -226,6 +227,30 @@ def compose_train_config(run: Run, run_dir: Path | str):
     with open_dict(cfg):      # the job's config carries no `hydra` node, as under @hydra.main
         del cfg["hydra"]
     return cfg
+
+
+def prepare_run_data(recipe: Recipe, scale: str, only: str | list[str] | None = None,
+                     echo: Callable[[str], None] = print) -> list[str]:
+    """Prepare the data of each training run of `recipe` at `scale` (generate, download, tokenize)
+    without training it; returns the runs prepared. Data caches are keyed by their parameters, so
+    the runs reuse them later: e.g. a long generation started in the background on a GPU host
+    while another recipe trains."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import instantiate
+
+    prepared = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in recipe.runs(scale, only=only):
+            if run.kind != "train":
+                continue
+            start = time.monotonic()
+            try:
+                instantiate(compose_train_config(run, Path(tmp) / run.name).data, _convert_="all").prepare_data()
+            finally:
+                GlobalHydra.instance().clear()
+            echo(f"{run.name}: data ready in {time.monotonic() - start:.0f} s")
+            prepared.append(run.name)
+    return prepared
 
 
 def _train_in_process(run: Run, run_dir: Path) -> None:

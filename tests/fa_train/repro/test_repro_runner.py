@@ -462,3 +462,30 @@ def test_subprocess_runs_get_their_gpu(tmp_path):
     run_dir.mkdir()
     assert SubprocessExecutor()(run, run_dir, 30).returncode == 0
     assert "gpu 3" in (run_dir / "run.log").read_text()
+
+
+def test_prepare_fills_the_data_caches_the_runs_then_reuse(tmp_path, monkeypatch, capsys):
+    """`fa-repro prepare` generates a run's Pathfinder set into the cache its config names, and
+    nothing else; the run's own data module then finds it ready."""
+    from fa_train.repro.recipe import load_recipe
+    from fa_train.repro.runner import compose_train_config, prepare_run_data
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import instantiate
+
+    monkeypatch.setenv("FA_TRAIN_CACHE", str(tmp_path / "cache"))
+    recipe = load_recipe("table6_pathx")
+    assert cli.main(["prepare", "table6_pathx", "--scale", "smoke", "--only", "path64-standard"]) == 0
+    assert "path64-standard: data ready in" in capsys.readouterr().out
+    shards = sorted(p.relative_to(tmp_path) for p in (tmp_path / "cache").rglob("*") if p.is_file())
+    assert shards and not (tmp_path / "outputs").exists()
+    (run,) = recipe.runs("smoke", only=["path64-standard"])
+    try:
+        dm = instantiate(compose_train_config(run, tmp_path / "run").data, _convert_="all")
+    finally:
+        GlobalHydra.instance().clear()
+    from fa_train.data.lra import datamodule
+    monkeypatch.setattr(datamodule.pf, "generate_pathfinder", lambda *a, **k: pytest.fail("generated again"))
+    dm.prepare_data()
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "cache").rglob("*") if p.is_file()) == shards
+    assert prepare_run_data(recipe, "smoke", only=["path64-standard"], echo=lambda _: None) == ["path64-standard"]
+    assert cli.main(["prepare", "table6_pathx", "--scale", "smoke", "--only", "nope"]) == 2
