@@ -45,10 +45,17 @@ def apt_packages(pattern: str) -> list[str]:
         return [n for n in names if re.fullmatch(pattern, n) and apt_version(n)]
 
     names = search()
-    if not names and hasattr(os, "geteuid") and os.geteuid() == 0:
-        run_command(["apt-get", "update"])
+    if not names and refresh_lists():
         names = search()
     return sorted(names, key=lambda n: [int(x) for x in re.findall(r"\d+", n)])
+
+
+def refresh_lists() -> bool:
+    """``apt-get update`` when running as root; whether it ran."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    run_command(["apt-get", "update"])
+    return True
 
 
 def apt_version(package: str) -> str:
@@ -75,24 +82,23 @@ def download_deb(package: str, dest: Path, version: str = "") -> Path:
     when the package lists are stale); returns the .deb. Without ``version``, the candidate's."""
     dest = Path(dest).resolve()
     dest.mkdir(parents=True, exist_ok=True)
-    version = version or apt_version(package)
-    found = sorted(dest.glob(f"{deb_name(package, version)}*.deb")) if version else []
-    if found:
-        return found[-1]
-    spec = f"{package}={version}" if version else package
+
+    def fetch(want: str) -> Path | None:   # the kept .deb of `want`, else downloaded now
+        kept = sorted(dest.glob(f"{deb_name(package, want)}*.deb")) if want else []
+        if not kept:
+            run_command(["apt-get", "download", f"{package}={want}" if want else package], cwd=dest)
+            kept = sorted(dest.glob(f"{deb_name(package, want)}*.deb" if want else f"{package}_*.deb"))
+        return kept[-1] if kept else None
+
     try:
-        run_command(["apt-get", "download", spec], cwd=dest)
+        deb = fetch(version or apt_version(package))
     except CommandError as err:
-        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        if not refresh_lists():
             raise CommandError(f"{err}\nRun `sudo apt-get update` and try again.") from None
-        run_command(["apt-get", "update"])
-        version = version or apt_version(package)
-        spec = f"{package}={version}" if version else package
-        run_command(["apt-get", "download", spec], cwd=dest)
-    found = sorted(dest.glob(f"{deb_name(package, version)}*.deb" if version else f"{package}_*.deb"))
-    if not found:
-        raise CommandError(f"`apt-get download {spec}` left no .deb in {dest}")
-    return found[-1]
+        deb = fetch(version or apt_version(package))
+    if deb is None:
+        raise CommandError(f"`apt-get download {package}` left no .deb in {dest}")
+    return deb
 
 
 Selector = Callable[[str], bool]

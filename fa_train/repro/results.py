@@ -294,8 +294,9 @@ KERNEL_CHECK_NATS = 0.02   # table4_gpt2_context's rule for sdpa-4k, fixed befor
 def kernel_check(ours) -> list[str]:
     """Table 4's sdpa-4k (flash-4k with PyTorch's attention) read by its recipe's rule: a final
     validation loss within KERNEL_CHECK_NATS of flash-4k's clears our kernel of the 4K lag. With
-    how close their first training losses are (the same data and order), and its speed beside flash-4k-nope's where both ran on one GPU model (the same model but for the
-    position table, a negligible share of the work)."""
+    how close their first training losses are (the same data and order), and its speed beside
+    flash-4k-nope's where both ran on one GPU model (the same model but for the position table, a
+    negligible share of the work)."""
     sdpa, flash = _final(ours, "sdpa-4k"), _final(ours, "flash-4k")
     if None in (sdpa, flash):
         return []

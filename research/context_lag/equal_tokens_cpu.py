@@ -37,7 +37,8 @@ slower with PyTorch's attention too, so the lag is not our kernel's. window512-l
 nearer window 512: seeing less does not help, the window's length itself is the cause.
 window128-nope 5.135, window512-nope 5.255: without position embeddings the gap falls from 0.45
 to 0.12 nats, under half: the learned position table, each of whose rows sees one token per
-sequence, explains most of the lag.
+sequence, explains most of the lag at this scale; GPT-2 small at 4K on the GPU does not bear it
+out (RESULTS.md, Table 4: without positions 4K trails 1K further).
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def fake_packages(monkeypatch):
     monkeypatch.setattr(corpus_large, "package_files", package_files)
     monkeypatch.setattr(corpus_large.fetch, "apt_versions", lambda package: apt.get(package, ["1.0"]))
     monkeypatch.setattr(corpus_large.fetch, "apt_version", lambda package: apt.get(package, ["1.0"])[0])
-    monkeypatch.setattr(corpus_large.os, "geteuid", lambda: 1000)  # no apt-get update
+    monkeypatch.setattr(corpus_large.fetch.os, "geteuid", lambda: 1000)  # no apt-get update
     reads.apt = apt
     monkeypatch.setattr(corpus_large, "LARGE_SOURCES", SOURCES)
     monkeypatch.setattr(corpus_large, "FRACTIONS", FRACTIONS)
