@@ -27,7 +27,8 @@ CORPUS_HELP = """Prepare an offline corpus preset (see fa_train.data.corpus) and
 configs look for it, then print documents and tokens per split and source and the document lengths.
 
   python-docs  the default job's corpus: the Python docs from whichever python3.X-doc apt offers, else
-               the Django docs from PyPI (one line says which); ~3M tokens, byte-level BPE by default.
+               the Django docs from PyPI (one line says which, with the version); ~3M tokens, byte-level
+               BPE by default.
   large        >= 30M GPT-2 tokens of English documentation from Debian/Ubuntu packages and PyPI sdists
                (Linux kernel, Perl, Python, PostgreSQL, Django, ...), deduplicated and split by document;
                per-source tokens and licences in <cache-dir>/corpus/large/manifest.json. Needs apt-get

