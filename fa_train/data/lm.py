@@ -30,6 +30,7 @@ Exact resume: the train window of sample ``j`` in epoch ``e`` is a pure function
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import hashlib
 import json
 import logging
@@ -475,6 +476,10 @@ class LMDataModule(TextDataModule):
             counts[split] = write_memmap(ds, "ids", out / f"{split}.bin", dtype)
             info(f"{split}: {len(ds)} documents, {counts[split]:,} tokens -> {out / f'{split}.bin'}")
         return {"eot_id": eot, "num_tokens": counts}
+
+    def spec(self) -> DataSpec:
+        """Vocabulary, sequence length and the end-of-document token (after ``setup``)."""
+        return dataclasses.replace(super().spec(), eot_id=self.eot_id)
 
     def _load(self, out: Path, meta: dict) -> None:
         self.eot_id, self.num_tokens = meta["eot_id"], meta["num_tokens"]

@@ -20,13 +20,14 @@ class DataSpec:
     image_size: int | None = None    # side of the pixel grid, for image-as-sequence tasks
     num_towers: int = 1              # 2: two sequences per example (retrieval)
     multi_label: bool = False        # targets are multi-hot over num_classes
+    eot_id: int | None = None        # the token that ends each document in a token stream
 
 
 # model argument -> the DataSpec field that fills it
 MODEL_ARGS = {"vocab_size": "vocab_size", "max_seq_len": "seq_len", "num_classes": "num_classes",
               "pad_token_id": "pad_id", "image_size": "image_size", "num_towers": "num_towers",
-              "multi_label": "multi_label"}
-OPTIONAL = {"image_size"}  # models without a pixel grid take None
+              "multi_label": "multi_label", "eot_id": "eot_id"}
+OPTIONAL = {"image_size", "eot_id"}  # models without a pixel grid or documents take None
 
 
 def datamodule_spec(dm: Any) -> DataSpec:

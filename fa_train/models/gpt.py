@@ -3,7 +3,9 @@
 Learned absolute positions (or none: ``pos_emb``), tied input/output embeddings, pre-LayerNorm
 blocks, GELU MLP, dropout 0.1, context length up to 64K, optional activation checkpointing.
 Attention goes through fa_train.attention, so ``attention=standard|sdpa|flash|blocksparse`` changes
-nothing else.
+nothing else. ``document_mask``: in training and evaluation a token attends only to its own document
+(the tokens after the last ``eot_id`` before it in its window), as packed variable-length sequences
+(``flash`` runs them natively; the others pad them); positions stay those of the window.
 
 Inference with a KV cache (fa_train.models.kv_cache): ``cache = model.new_cache(B, capacity)``,
 ``model.prefill(prompts, lengths, cache)`` over right-padded prompts (the training attention
@@ -24,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from fa_train.attention import build_attention
 from fa_train.attention.cache import new_token_visibility
-from fa_train.errors import check_choice, check_float, check_int, check_model_shape
+from fa_train.errors import UserError, check_choice, check_float, check_int, check_model_shape
 from fa_train.models.kv_cache import KVCache, LayerCache
 
 LOSS_IMPLS = ("auto", "fused", "torch")
@@ -50,7 +52,27 @@ class GPTConfig:
     bias: bool = True
     activation_checkpointing: bool = False
     loss_impl: str = "auto"          # fused (kernels.cross_entropy), torch, or auto: fused on CUDA
+    document_mask: bool = False      # attention within documents only (split at eot_id)
+    eot_id: int | None = None        # the end-of-document token (from the data)
     attention: Any = field(default_factory=lambda: {"impl": "auto"})
+
+
+@dataclass(frozen=True)
+class Documents:
+    """The documents of a batch of windows flattened to one packed sequence: ``cu_seqlens``
+    (int32, documents + 1) and ``max_len``, the window length, which bounds every document (a
+    bound that stays the same from batch to batch, so a compiled model is not specialized on it)."""
+    cu_seqlens: torch.Tensor
+    max_len: int
+
+    @classmethod
+    def split(cls, idx: torch.Tensor, eot_id: int) -> "Documents":
+        """Each window (row of idx) starts a document, and so does the token after each eot_id."""
+        b, n = idx.shape
+        starts = torch.ones_like(idx, dtype=torch.bool)
+        starts[:, 1:] = idx[:, :-1] == eot_id
+        cu = torch.cat([starts.flatten().nonzero().flatten(), idx.new_tensor([b * n])])
+        return cls(cu.to(torch.int32), n)
 
 
 class CausalSelfAttention(nn.Module):
@@ -63,14 +85,17 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = cfg.dropout
         self.attention = attention
 
-    def forward(self, x, cache: LayerCache | None = None):
+    def forward(self, x, cache: LayerCache | None = None, documents: Documents | None = None):
         b, n, c = x.shape
         qkv = self.c_attn(x).view(b, n, 3, self.n_head, c // self.n_head)
+        dropout_p = self.attn_dropout if self.training else 0.0
         if cache is not None:
             y = cache.attend(self.attention, qkv)
+        elif documents is not None:
+            y = self.attention.packed(qkv.flatten(0, 1), causal=True, dropout_p=dropout_p,
+                                      cu_seqlens=documents.cu_seqlens, max_seqlen=documents.max_len)
         else:
-            y = self.attention.packed(qkv, causal=True,
-                                      dropout_p=self.attn_dropout if self.training else 0.0)
+            y = self.attention.packed(qkv, causal=True, dropout_p=dropout_p)
         return self.resid_dropout(self.c_proj(y.reshape(b, n, c)))
 
 
@@ -93,8 +118,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cache: LayerCache | None = None):
-        x = x + self.attn(self.ln_1(x), cache)
+    def forward(self, x, cache: LayerCache | None = None, documents: Documents | None = None):
+        x = x + self.attn(self.ln_1(x), cache, documents)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -112,6 +137,11 @@ class GPT(nn.Module):
         check_float("model.dropout", cfg.dropout, 0.0, 1.0, high_open=True)
         check_choice("model.loss_impl", cfg.loss_impl, LOSS_IMPLS)
         check_choice("model.pos_emb", cfg.pos_emb, POS_EMBS)
+        if cfg.document_mask and cfg.eot_id is None:
+            raise UserError("model.document_mask needs model.eot_id, the end-of-document token id "
+                            "(the language-model data provides it; null takes it from there)")
+        if cfg.eot_id is not None:
+            check_int("model.eot_id", cfg.eot_id, 0, cfg.vocab_size - 1)
         self.config = cfg
         self.attention = build_attention(cfg.attention, max_seq_len=cfg.max_seq_len)
         self.attention.check_call(causal=True)   # a language model: refuse non-causal methods now
@@ -211,11 +241,12 @@ class GPT(nn.Module):
                              f"{self.config.max_seq_len}")
         pos = torch.arange(n, device=idx.device)
         x = self.drop(self._embed(idx, pos))
+        documents = Documents.split(idx, self.config.eot_id) if self.config.document_mask else None
         for block in self.blocks:
             if self.config.activation_checkpointing and self.training:
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, None, documents, use_reentrant=False)
             else:
-                x = block(x)
+                x = block(x, documents=documents)
         x = self.ln_f(x)
         if targets is not None and self._fused_loss(x):
             dtype = (torch.get_autocast_dtype(x.device.type)

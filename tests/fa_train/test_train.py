@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
@@ -63,6 +64,14 @@ def test_default_job_real_data_short(tmp_path, monkeypatch):
     assert m["attention"] == ("flash" if torch.cuda.is_available() else "sdpa")
     assert m["global_step"] == 4 and "val/loss" in m and "val/ppl" in m
     assert m["tokens_per_sec_per_device"] > 0
+
+
+def test_document_mask_takes_the_end_of_document_token_from_the_data(tmp_path):
+    cfg = make_cfg(tmp_path, "default", ["data.seq_len=64", "data.batch_size=4", "model.document_mask=true"],
+                   steps=2)
+    m = check_outputs(train(cfg), tmp_path)
+    model = yaml.safe_load((Path(m["output_dir"]) / "config.yaml").read_text())["model"]
+    assert model["document_mask"] is True and model["eot_id"] == 0   # the tokenizer's <|endoftext|>
 
 
 def fake_lm(**kw):

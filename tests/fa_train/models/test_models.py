@@ -76,6 +76,38 @@ def test_gpt_without_position_embeddings_tells_order_by_causality_and_decodes_th
         GPT(vocab_size=97, max_seq_len=8, n_layer=1, n_head=2, d_model=32, pos_emb="rotary")
 
 
+def _documents_gpt(impl="standard", **kw):
+    torch.manual_seed(0)
+    return GPT(vocab_size=31, max_seq_len=16, n_layer=2, n_head=2, d_model=32, dropout=0.0,
+               pos_emb="none", eot_id=0, attention=impl, **kw).eval()
+
+
+@pytest.mark.parametrize("impl", ["standard", "sdpa"])
+def test_document_mask_keeps_attention_inside_each_document(impl):
+    masked, plain = _documents_gpt(impl, document_mask=True), _documents_gpt(impl)
+    idx = torch.randint(1, 31, (2, 16))
+    idx[0, [4, 9]] = 0                             # row 0: documents 0-4, 5-9, 10-15; row 1: one
+    out = masked(idx)
+    for row, lo, hi in [(0, 0, 5), (0, 5, 10), (0, 10, 16), (1, 0, 16)]:
+        torch.testing.assert_close(out[row, lo:hi], plain(idx[row:row + 1, lo:hi])[0], atol=1e-5, rtol=1e-5)
+    edited = idx.clone()
+    edited[0, 6] = (idx[0, 6] % 30) + 1            # another token inside the middle document
+    changed = (masked(edited) - out).abs().amax(dim=-1)[0] > 1e-6
+    assert changed[6:10].all() and not changed[:6].any() and not changed[10:].any()
+    assert (plain(edited) - plain(idx)).abs().amax(dim=-1)[0, 10:].gt(1e-6).all()  # without: it leaks
+    masked.train()
+    masked.config.activation_checkpointing = True
+    masked(idx, targets=idx).backward()
+    assert masked.wte.weight.grad is not None
+
+
+def test_document_mask_needs_the_end_of_document_token():
+    with pytest.raises(UserError, match="model.document_mask needs model.eot_id"):
+        GPT(vocab_size=31, max_seq_len=16, n_layer=1, n_head=2, d_model=32, document_mask=True)
+    with pytest.raises(UserError, match=r"model.eot_id=31 is invalid: expected an integer in \[0, 30\]"):
+        GPT(vocab_size=31, max_seq_len=16, n_layer=1, n_head=2, d_model=32, eot_id=31)
+
+
 def _bert():
     torch.manual_seed(0)
     return BertForPreTraining(vocab_size=50, max_seq_len=16, n_layer=2, n_head=2, d_model=32,
@@ -227,6 +259,11 @@ def test_flash_and_blocksparse_models_match_standard_under_interpreter():
     ref, _ = b(ids, mask)
     out, _ = _swap_attention(b, "flash")(ids, mask)  # unpadded varlen path
     torch.testing.assert_close(out[mask], ref[mask], atol=2e-3, rtol=2e-3)
+    idx = torch.randint(1, 31, (2, 16), device=dev)
+    idx[0, [5, 11]] = 0                             # documents: the packed (varlen) path
+    documents = _documents_gpt(document_mask=True).to(dev)
+    ref = documents(idx)
+    torch.testing.assert_close(_swap_attention(documents, "flash")(idx), ref, atol=2e-3, rtol=2e-3)
 
 
 @needs_kernels

@@ -166,7 +166,8 @@ def gpt2(ppl, tps):
 def test_lm_sections_say_not_run_yet_before_their_runs(tmp_path, monkeypatch):
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
-    for name, n in (("table4_gpt2_context", 9), ("table2_gpt2", 2), ("table1_bert", 4)):
+    for name in ("table4_gpt2_context", "table2_gpt2", "table1_bert"):
+        n = len(load_recipe(name).runs("gpu"))
         lines = results.scale_runs(name, "Runs", ("tokens",))
         assert lines[1] == (f"Runs (recipe {name}): not run yet at the gpu scale ({n} runs; their "
                             f"GPU time: `scales.gpu.hardware` of `recipes/{name}.yaml`).")
@@ -285,22 +286,29 @@ def test_table4_kernel_check_gives_the_speeds_of_one_gpu_model_only(tmp_path, mo
     assert "Speed on one GPU model" not in " ".join(results.context_lag())
 
 
-@pytest.mark.parametrize("nope4k, verdict", [
-    (2.45, "-0.050 nats, at or below it: once no position table has to be learned, the longer context helps"),
-    (3.0, "+0.500 nats, above it, by more than with the learned table (+0.400): the table does not explain"),
-    (2.6, "+0.100 nats, above it, by less than with the learned table (+0.400): the table explains 75% of"),
+@pytest.mark.parametrize("run4k, loss, sentence", [
+    ("flash-4k-nope", 2.45, "-0.050 nats, at or below it: once no position table has to be learned, the "
+                            "longer context helps"),
+    ("flash-4k-nope", 3.0, "+0.500 nats, above it, by more than with the learned table (+0.400): the table "
+                           "does not explain"),
+    ("flash-4k-nope", 2.6, "+0.100 nats, above it, by less than with the learned table (+0.400): the table "
+                           "explains 75% of"),
+    ("flash-4k-docs", 2.65, "+0.150 nats against +0.400 with attention across documents, at most half of "
+                            "it: attention across documents explains most of the lag"),
+    ("flash-4k-docs", 2.75, "+0.250 nats against +0.400 with attention across documents, more than half"),
 ])
-def test_table4_positions_check_applies_the_recipe_rule(tmp_path, monkeypatch, nope4k, verdict):
+def test_table4_position_and_document_checks_apply_the_recipe_rules(tmp_path, monkeypatch, run4k, loss,
+                                                                     sentence):
     from fa_train.repro import results
     monkeypatch.setattr(results, "ROOT", tmp_path)
-    runs = {n: {**gpt2(40.0, 1.0), "val/loss": v}
-            for n, v in (("flash-1k", 2.5), ("flash-4k", 2.9), ("flash-1k-nope", 2.5))}
+    run1k = run4k.replace("4k", "1k")
+    runs = {n: {**gpt2(40.0, 1.0), "val/loss": v} for n, v in (("flash-1k", 2.5), ("flash-4k", 2.9), (run1k, 2.5))}
     lm_results(tmp_path, "table4_gpt2_context", runs)
-    assert "no position" not in " ".join(results.context_lag())        # flash-4k-nope not run
+    assert run4k not in " ".join(results.context_lag())               # not run: no sentence
     shutil.rmtree(tmp_path / "reports")
-    lm_results(tmp_path, "table4_gpt2_context", {**runs, "flash-4k-nope": {**gpt2(40.0, 1.0), "val/loss": nope4k}})
+    lm_results(tmp_path, "table4_gpt2_context", {**runs, run4k: {**gpt2(40.0, 1.0), "val/loss": loss}})
     line = results.context_lag()[-1]
-    assert f"final validation loss flash-4k-nope {nope4k:.3f}, flash-1k-nope 2.500, {verdict}" in line
+    assert f"final validation loss {run4k} {loss:.3f}, {run1k} 2.500, {sentence}" in line
 
 
 def test_table4_cpu_study_sentence_reads_its_json(tmp_path, monkeypatch):
