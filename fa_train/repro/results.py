@@ -250,6 +250,12 @@ def _final(ours, run: str, key: str = "val/loss"):
     return (entry.get("metrics") or {}).get(key) if entry.get("status") == "ok" else None
 
 
+def _finals(ours, *runs: str) -> tuple | None:
+    """The final validation losses of `runs`, or None unless every one finished."""
+    losses = tuple(_final(ours, run) for run in runs)
+    return None if None in losses else losses
+
+
 def context_draws(ours) -> list[str]:
     """Table 4's 4K-draws runs read by the rule their recipe fixed before they ran: a final
     validation loss nearer flash-4k's than its own context's means fewer spans per step explain
@@ -259,10 +265,10 @@ def context_draws(ours) -> list[str]:
 
     parts, positions = [], []
     for context in ("1k", "2k"):
-        draws, own, far = (_final(ours, f"flash-{context}-draws4k"), _final(ours, f"flash-{context}"),
-                           _final(ours, "flash-4k"))
-        if None in (draws, own, far):
+        losses = _finals(ours, f"flash-{context}-draws4k", f"flash-{context}", "flash-4k")
+        if losses is None:
             continue
+        draws, own, far = losses
         nearer = ("flash-4k's (fewer spans per step explain most of the lag)"
                   if abs(draws - far) < abs(draws - own) else
                   f"flash-{context}'s (the context length explains most of the lag)")
@@ -297,9 +303,10 @@ def kernel_check(ours) -> list[str]:
     how close their first training losses are (the same data and order), and its speed beside
     flash-4k-nope's where both ran on one GPU model (the same model but for the position table, a
     negligible share of the work)."""
-    sdpa, flash = _final(ours, "sdpa-4k"), _final(ours, "flash-4k")
-    if None in (sdpa, flash):
+    losses = _finals(ours, "sdpa-4k", "flash-4k")
+    if losses is None:
         return []
+    sdpa, flash = losses
     gap = sdpa - flash
     verdict = ("within it: the 4K lag is not our kernel's" if abs(gap) <= KERNEL_CHECK_NATS
                else "outside it: our kernel is implicated")
@@ -325,10 +332,10 @@ def positions_check(ours) -> list[str]:
     """Table 4's runs without position embeddings read by the rule their recipe fixed before they
     ran: flash-4k-nope at or below flash-1k-nope means the longer context helps once no position
     table has to be learned; above, its gap beside the learned-position one (flash-4k - flash-1k)."""
-    runs = ("flash-1k-nope", "flash-4k-nope", "flash-1k", "flash-4k")
-    short, long_, short_pos, long_pos = (_final(ours, run) for run in runs)
-    if None in (short, long_, short_pos, long_pos):
+    losses = _finals(ours, "flash-1k-nope", "flash-4k-nope", "flash-1k", "flash-4k")
+    if losses is None:
         return []
+    short, long_, short_pos, long_pos = losses
     nope, learned = long_ - short, long_pos - short_pos
     if nope <= 0:
         verdict = "at or below it: once no position table has to be learned, the longer context helps"
@@ -348,10 +355,10 @@ def documents_check(ours) -> list[str]:
     """Table 4's runs with attention inside each document read by the rule their recipe fixed
     before they ran: flash-4k-docs minus flash-1k-docs at most half of flash-4k minus flash-1k means
     attention across documents explains most of the lag."""
-    runs = ("flash-1k-docs", "flash-4k-docs", "flash-1k", "flash-4k")
-    short, long_, short_all, long_all = (_final(ours, run) for run in runs)
-    if None in (short, long_, short_all, long_all):
+    losses = _finals(ours, "flash-1k-docs", "flash-4k-docs", "flash-1k", "flash-4k")
+    if losses is None:
         return []
+    short, long_, short_all, long_all = losses
     within, across = long_ - short, long_all - short_all
     verdict = ("at most half of it: attention across documents explains most of the lag"
                if within <= across / 2 else
