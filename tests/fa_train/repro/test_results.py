@@ -392,3 +392,71 @@ def test_glance_tallies_the_papers_claims(ordered, tmp_path, monkeypatch):
 
     assert "| 1 of 2 hold, 1 does not (gpu) |" in write("ok")
     assert "| 0 of 2 hold, 2 not measured yet (gpu) |" in write("paused")
+
+
+def _pathfinder_arms(tmp_path, fly, path64):
+    """Fake pathfinder32_learning gpu results: each arm's two seeds as (test acc, best val acc);
+    a seed's validation curve reaches its best val acc at step 200."""
+    runs, curves = {}, {}
+    for arm, spt, accs in (("fly-spt", "spt", fly), ("path64model", "path64model-spt", path64)):
+        for seed, (test, val) in enumerate(accs):
+            name = f"{arm}-seed{seed}"
+            runs[name] = {"test/acc": test, "val/acc": val}
+            curves[name] = f"step,val/acc\n100,0.5\n200,{val}\n"
+            runs[f"{spt}-seed{seed}"] = {"val/acc": 0.66 if arm == "fly-spt" else 0.8,
+                                          "val/acc_majority": 0.659}
+    lm_results(tmp_path, "pathfinder32_learning", runs, curves)
+
+
+@pytest.mark.parametrize("fly, path64, verdict", [
+    ([(0.5, 0.5), (0.53, 0.53)], [(0.5, 0.5), (0.7, 0.7)],
+     "the Path-64 model reached 65% on 1 of 2 seeds: its shape learns Pathfinder-32"),
+    ([(0.7, 0.7), (0.53, 0.53)], [(0.5, 0.5), (0.6, 0.6)],
+     "the fly model reached 65% and the Path-64 model did not: the shape is the cause"),
+    ([(0.5, 0.5), (0.53, 0.53)], [(0.5, 0.5), (0.635, 0.63)],
+     "neither arm reached 65%, so the control did not learn on this schedule either; the Path-64 "
+     "model went further (best seed 63.5% test against 53.0%): nothing here blames its shape"),
+    ([(0.5, 0.5), (0.6, 0.6)], [(0.5, 0.5), (0.55, 0.55)],
+     "neither arm reached 65%; the fly model went further (best seed 60.0% test against 55.0%): "
+     "the shape may be part of the cause"),
+])
+def test_pathfinder_shape_check_applies_the_recipe_rule(tmp_path, monkeypatch, fly, path64, verdict):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    assert results.pathfinder_shapes() == []                       # not run: no sentence
+    _pathfinder_arms(tmp_path, fly, path64)
+    line = results.pathfinder_shapes()[1]
+    assert f"): {verdict}" in line
+    assert "masked-pixel validation accuracy at the end of self-pretraining, fly 66.0 / 66.0, " \
+           "Path-64 model 80.0 / 80.0, where always answering black scores 65.9 / 65.9" in line
+    assert "100-epoch schedule" not in line                        # no full-scale results here
+
+
+def test_pathfinder_shape_check_waits_for_every_run(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    _pathfinder_arms(tmp_path, [(0.5, 0.5), (0.5, 0.5)], [(0.5, 0.5), (0.7, 0.7)])
+    path = tmp_path / "reports/pathfinder32_learning/gpu/results.json"
+    data = json.loads(path.read_text())
+    data["runs"]["path64model-seed1"]["status"] = "paused"
+    path.write_text(json.dumps(data))
+    assert results.pathfinder_shapes() == []
+
+
+def test_path64_long_sentence_reads_each_seed(tmp_path, monkeypatch):
+    from fa_train.repro import results
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    assert results.path64_long() == []
+    lm_results(tmp_path, "table6_pathx",
+               {"path64-blocksparse-long": {"test/acc": 0.712, "best_val/acc": 0.72, "global_step": 62500},
+                "path64-blocksparse-long-s1": {"best_val/acc": 0.52, "global_step": 20000}},
+               {"path64-blocksparse-long": "step,val/acc\n624,0.5\n1249,0.66\n",
+                "path64-blocksparse-long-s1": "step,val/acc\n624,0.5\n1249,0.52\n"})
+    path = tmp_path / "reports/table6_pathx/gpu/results.json"
+    data = json.loads(path.read_text())
+    data["runs"]["path64-blocksparse-long-s1"]["status"] = "paused"
+    path.write_text(json.dumps(data))
+    line = results.path64_long()[1]
+    assert ("path64-blocksparse-long (62,500 steps): test 71.2%, best validation 72.0%, 65% reached "
+            "at step 1,249; path64-blocksparse-long-s1 (paused, 20,000 steps): best validation "
+            "52.0%, 65% not reached.") in line
