@@ -19,7 +19,7 @@ from fa_train.data.tokenizer import EOT
 from fa_train.errors import UserError
 from fa_train.inference import hf_gpt2
 from fa_train.models import GPT
-from fa_train.models.loading import checkpoint_file, read_state_dict
+from fa_train.models.loading import checkpoint_file, load_weights, read_state_dict
 
 GPT_TARGET = "fa_train.models.GPT"
 
@@ -76,7 +76,7 @@ def load_run(path, attention: Any, arg: str) -> tuple[GPT, dict, Path]:
         raise UserError(f"{arg} {ckpt} holds a {target} model; fa-generate needs a GPT "
                         f"({GPT_TARGET})")
     model = GPT(**{**model_cfg, "attention": attention, "activation_checkpointing": False})
-    model.load_state_dict(read_state_dict(ckpt, arg)[1])
+    load_weights(model, read_state_dict(ckpt, arg)[1], f"{arg} {ckpt}")
     return model, cfg, ckpt
 
 
@@ -96,8 +96,8 @@ def load_gpt(path: str | Path, attention: Any = "auto", device="cpu",
     if hf_gpt2.is_hf_dir(p):
         config = hf_gpt2.read_hf_config(p)
         model = GPT(**hf_gpt2.gpt_kwargs(config), attention=attention)
-        model.load_state_dict(hf_gpt2.to_gpt_state(hf_gpt2.read_hf_weights(p), config["n_layer"],
-                                                   model.wte.num_embeddings))
+        load_weights(model, hf_gpt2.to_gpt_state(hf_gpt2.read_hf_weights(p), config["n_layer"],
+                                                 model.wte.num_embeddings), f"{arg} {p}")
         tokenizer = tokenizer or hf_gpt2.hf_tokenizer(p)
         source = f"Hugging Face GPT-2 {p}"
     else:

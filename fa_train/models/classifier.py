@@ -203,20 +203,29 @@ class SequenceClassifier(nn.Module):
         return self.head(self.encode(input_ids, attention_mask))
 
 
-def load_with_position_interpolation(model: SequenceClassifier, state_dict: dict,
-                                     mode: str = "bicubic") -> SequenceClassifier:
-    """Load weights trained at another image size (e.g. Path-64 -> Path-X): the learned position
-    grid is interpolated to the model's image size; the CLS row (cls_pos) is kept. Embedding rows
-    past the model's vocabulary (the mask id of self-pretraining) are dropped."""
+def interpolated_state(model: SequenceClassifier, state_dict: dict, mode: str = "bicubic") -> dict:
+    """`state_dict`, trained at another image size (e.g. Path-64 -> Path-X), fitted to `model`:
+    a learned position grid of the model's width is interpolated to the model's image size (the CLS
+    row, cls_pos, is kept); embedding rows past the model's vocabulary (the mask id of
+    self-pretraining) are dropped. Any other difference is left for loading to report."""
     sd = dict(state_dict)
     rows = model.embed.weight.shape[0]
     if model.config.input_type == "token" and sd.get("embed.weight", torch.empty(0)).shape[0] > rows:
         sd["embed.weight"] = sd["embed.weight"][:rows]
     key = next((k for k in sd if k.endswith("pos_table")), None)
-    if key is not None and sd[key].shape != model.pos_table.shape:
+    own = getattr(model, "pos_table", None)
+    if key is not None and own is not None and sd[key].shape != own.shape \
+            and sd[key].ndim == 2 and sd[key].shape[1] == own.shape[1] \
+            and math.isqrt(sd[key].shape[0]) ** 2 == sd[key].shape[0]:
         side = model.config.image_size or int(round(math.sqrt(model.config.max_seq_len)))
         sd[key] = resize_position_table(sd[key], side, mode=mode)
-    model.load_state_dict(sd)
+    return sd
+
+
+def load_with_position_interpolation(model: SequenceClassifier, state_dict: dict,
+                                     mode: str = "bicubic") -> SequenceClassifier:
+    """Load weights trained at another image size into `model` (`interpolated_state`)."""
+    model.load_state_dict(interpolated_state(model, state_dict, mode))
     return model
 
 

@@ -375,6 +375,37 @@ def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
     assert dst.pos_table.shape == (64, 16)
 
 
+def test_init_from_weights_of_another_shape_are_one_clear_error(tmp_path):
+    from fa_train.errors import UserError
+    from fa_train.models import LRAClassifier
+    from fa_train.models.loading import load_init_weights
+    kw = dict(num_classes=2, vocab_size=256, n_head=2, d_ff=16, max_seq_len=16, image_size=4,
+              pos_emb="learned", pool="cls", attention="sdpa")
+    src = LRAClassifier(n_layer=2, d_model=16, **kw)
+    ck = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ck.parent.mkdir(parents=True)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in src.state_dict().items()}}, ck)
+    before = {k: v.clone() for k, v in LRAClassifier(n_layer=1, d_model=16, **kw).state_dict().items()}
+    one_layer = LRAClassifier(n_layer=1, d_model=16, **kw)
+    one_layer.load_state_dict(before)
+    with pytest.raises(UserError, match=rf"^init_from {ck} does not fit this model: the checkpoint "
+                                        r"holds 12 weights the model has not \(encoder\.layers\.1\.") as err:
+        load_init_weights(one_layer, tmp_path / "run")
+    assert "\n" not in str(err.value) and "and 9 more" in str(err.value)
+    for k, v in one_layer.state_dict().items():               # nothing half-loaded
+        torch.testing.assert_close(v, before[k])
+    wider = LRAClassifier(n_layer=2, d_model=32, **kw)
+    with pytest.raises(UserError, match=r"holds other shapes, its own against the model's: "
+                                        r"cls_token \(1, 1, 16\) against \(1, 1, 32\), pos_table "
+                                        r"\(16, 16\) against \(16, 32\)"):
+        load_init_weights(wider, ck)
+    src_sd = src.state_dict()
+    del src_sd["head.0.weight"]
+    torch.save(src_sd, tmp_path / "plain.pt")
+    with pytest.raises(UserError, match=r"the checkpoint lacks 1 of the model's weights \(head\.0\.weight\)"):
+        load_init_weights(LRAClassifier(n_layer=2, d_model=16, **kw), tmp_path / "plain.pt")
+
+
 @pytest.mark.parametrize("experiment", ["gpt2/medium", "bert/large", "lra/pathx", "longdoc/mimic"])
 def test_debug_smoke_cuts_any_experiment_to_a_cpu_run(experiment):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

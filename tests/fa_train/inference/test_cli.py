@@ -120,6 +120,22 @@ def test_checkpoint_of_another_model_is_refused(run, capsys, tmp_path):
                 in err) or "checkpoint not found" in err
 
 
+def test_checkpoint_whose_weights_do_not_fit_its_config_is_refused(run, capsys, tmp_path):
+    folder, _, _ = run
+    other = tmp_path / "wider-run"
+    (other / "checkpoints").mkdir(parents=True)
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    cfg["model"]["n_layer"] += 1                          # a config the weights were not trained with
+    (other / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (other / "checkpoints" / "last.ckpt").write_bytes((folder / "checkpoints" / "last.ckpt").read_bytes())
+    with pytest.raises(SystemExit):
+        main([str(other), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"fa-generate: error: checkpoint {other / 'checkpoints' / 'last.ckpt'} does "
+                          "not fit this model: the checkpoint lacks "), err
+
+
 @pytest.mark.gpu
 def test_cuda_defaults_run_flash_in_bf16(run, capsys):
     """On a GPU the defaults pick CUDA, bfloat16, flash (prefill and cache kernels) and CUDA-graph
