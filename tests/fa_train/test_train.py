@@ -360,16 +360,26 @@ def test_missing_user_data_names_the_path(tmp_path):
     assert (tmp_path / "run" / "config.yaml").exists()
 
 
-def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
+CLASSIFIER = dict(num_classes=2, vocab_size=256, n_head=2, d_ff=16, pos_emb="learned", pool="cls",
+                  attention="sdpa")
+
+
+def saved_classifier(tmp_path, **kw):
+    """A tiny LRAClassifier and its weights saved as a run folder's checkpoints/last.ckpt."""
     from fa_train.models import LRAClassifier
-    from fa_train.models.loading import load_init_weights
-    kw = dict(num_classes=2, vocab_size=256, n_layer=1, n_head=2, d_model=16, d_ff=16,
-              pos_emb="learned", pool="cls", attention="sdpa")
-    src = LRAClassifier(max_seq_len=16, image_size=4, **kw)
+    src = LRAClassifier(**CLASSIFIER, **kw)
     ck = tmp_path / "run" / "checkpoints" / "last.ckpt"
     ck.parent.mkdir(parents=True)
     torch.save({"state_dict": {f"model.{k}": v for k, v in src.state_dict().items()}}, ck)
-    dst = LRAClassifier(max_seq_len=64, image_size=8, **kw)
+    return src, ck
+
+
+def test_init_from_checkpoint_interpolates_path_positions(tmp_path):
+    from fa_train.models import LRAClassifier
+    from fa_train.models.loading import load_init_weights
+    kw = dict(n_layer=1, d_model=16)
+    src, _ = saved_classifier(tmp_path, max_seq_len=16, image_size=4, **kw)
+    dst = LRAClassifier(max_seq_len=64, image_size=8, **CLASSIFIER, **kw)
     load_init_weights(dst, tmp_path / "run")  # a run directory works too
     torch.testing.assert_close(dst.embed.weight, src.embed.weight)
     assert dst.pos_table.shape == (64, 16)
@@ -379,12 +389,8 @@ def test_init_from_weights_of_another_shape_are_one_clear_error(tmp_path):
     from fa_train.errors import UserError
     from fa_train.models import LRAClassifier
     from fa_train.models.loading import load_init_weights
-    kw = dict(num_classes=2, vocab_size=256, n_head=2, d_ff=16, max_seq_len=16, image_size=4,
-              pos_emb="learned", pool="cls", attention="sdpa")
-    src = LRAClassifier(n_layer=2, d_model=16, **kw)
-    ck = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    ck.parent.mkdir(parents=True)
-    torch.save({"state_dict": {f"model.{k}": v for k, v in src.state_dict().items()}}, ck)
+    kw = dict(CLASSIFIER, max_seq_len=16, image_size=4)
+    src, ck = saved_classifier(tmp_path, n_layer=2, d_model=16, max_seq_len=16, image_size=4)
     before = {k: v.clone() for k, v in LRAClassifier(n_layer=1, d_model=16, **kw).state_dict().items()}
     one_layer = LRAClassifier(n_layer=1, d_model=16, **kw)
     one_layer.load_state_dict(before)
