@@ -695,7 +695,8 @@ def measured_tables() -> list[str]:
                        "too short for time to accuracy")
             + scale_runs("table4_gpt2_context", "GPT-2 small at 1K, 2K and 4K context on the same "
                          "number of tokens", ("ppl", "tokens", "tokens_per_s", "train_min"))
-            + context_lag() + context() + context_sweep() + ddp_scaling() + lra() + pathfinder_shapes() + path64_long())
+            + context_lag() + context() + context_sweep() + ddp_scaling() + lra() + pathfinder_shapes()
+            + path64_long())
 
 
 def _unit(unit: str | None) -> str:
