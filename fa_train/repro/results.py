@@ -594,10 +594,10 @@ def lra():
     return lines + [_hosts(data)]
 
 
-def _arm(ours, runs: tuple[str, ...], metric: str, fmt: str = ".1f") -> str:
-    """One metric of an arm's runs (a run per seed), as "a / b"."""
+def _arm(ours, runs: tuple[str, ...], metric: str, fmt: str = ".1f", cells: dict | None = None) -> str:
+    """One metric of an arm's runs (a run per seed), as "a / b"; `cells`: those already read."""
     from fa_train.repro.report import fmt_cell
-    return " / ".join(fmt_cell(*ours.cell(run, metric), fmt) for run in runs)
+    return " / ".join(fmt_cell(*(cells[run] if cells else ours.cell(run, metric)), fmt) for run in runs)
 
 
 def pathfinder_shapes() -> list[str]:
@@ -609,13 +609,15 @@ def pathfinder_shapes() -> list[str]:
     found = _gpu_table("pathfinder32_learning")
     if found is None:
         return []
+    from fa_train.repro.report import Ours
     recipe, ours, _, _ = found
     seeds = ("seed0", "seed1")
     arms = {"fly": tuple(f"fly-spt-{s}" for s in seeds), "path64": tuple(f"path64model-{s}" for s in seeds)}
+    spt = {"fly": tuple(f"spt-{s}" for s in seeds), "path64": tuple(f"path64model-spt-{s}" for s in seeds)}
     if any(ours.status(run) != "ok" for runs in arms.values() for run in runs):
         return []
-    learned = {arm: sum(ours.metric(run, "to65_steps") is not None for run in runs)
-               for arm, runs in arms.items()}
+    to65 = {run: ours.cell(run, "to65_steps") for runs in arms.values() for run in runs}
+    learned = {arm: sum(to65[run][0] is not None for run in runs) for arm, runs in arms.items()}
     best = {arm: max(ours.metric(run, "acc") for run in runs) for arm, runs in arms.items()}
     if learned["path64"]:
         verdict = (f"the Path-64 model reached 65% on {learned['path64']} of 2 seeds: its shape learns "
@@ -630,14 +632,13 @@ def pathfinder_shapes() -> list[str]:
     else:
         verdict = (f"neither arm reached 65%; the fly model went further (best seed {best['fly']:.1f}% "
                    f"test against {best['path64']:.1f}%): the shape may be part of the cause")
-    spt = {"fly": ("spt-seed0", "spt-seed1"), "path64": ("path64model-spt-seed0", "path64model-spt-seed1")}
     lines = ["", f"Pathfinder-32 with table6_pathx's Path-64 model or the fly model, each after "
              f"self-pretraining, on one 20-epoch schedule (12.5K steps of 256 in each stage; recipe "
              f"{recipe.name}, scale gpu, `reports/{recipe.name}/gpu/report.md`), seeds 0 / 1: test "
              f"accuracy, fly model {_arm(ours, arms['fly'], 'acc')}, Path-64 model "
              f"{_arm(ours, arms['path64'], 'acc')}; steps to 65% validation accuracy, fly "
-             f"{_arm(ours, arms['fly'], 'to65_steps', ',.0f')}, Path-64 model "
-             f"{_arm(ours, arms['path64'], 'to65_steps', ',.0f')}; masked-pixel validation accuracy "
+             f"{_arm(ours, arms['fly'], 'to65_steps', ',.0f', to65)}, Path-64 model "
+             f"{_arm(ours, arms['path64'], 'to65_steps', ',.0f', to65)}; masked-pixel validation accuracy "
              f"at the end of self-pretraining, fly {_arm(ours, spt['fly'], 'mask_acc')}, Path-64 model "
              f"{_arm(ours, spt['path64'], 'mask_acc')}, where always answering black scores "
              f"{_arm(ours, spt['fly'], 'black')}. The rule fixed before they ran (learning: 65% validation, "
@@ -645,7 +646,6 @@ def pathfinder_shapes() -> list[str]:
              f"failing where the fly model learns means its shape): {verdict}."]
     full = ROOT / "reports" / recipe.name / "full"
     if (full / "results.json").is_file():
-        from fa_train.repro.report import Ours
         longer = Ours(recipe, full)
         lines[-1] += (f" The fly model on its 100-epoch schedule (62.4K steps after the same "
                       f"self-pretraining, `reports/{recipe.name}/full/`): test "
@@ -657,13 +657,12 @@ def pathfinder_shapes() -> list[str]:
 def path64_long() -> list[str]:
     """table6_pathx's block-sparse Path-64 runs on the longer schedule, two seeds, read by the rule
     their recipe fixed before they ran: Path-64 learns when validation accuracy reaches 65%."""
-    from fa_train.repro.recipe import load_recipe
-    from fa_train.repro.report import Ours, fmt_cell
-    recipe = load_recipe("table6_pathx")
-    ours = Ours(recipe, ROOT / "reports" / recipe.name / "gpu")
+    from fa_train.repro.report import fmt_cell
+    found = _gpu_table("table6_pathx")
     runs = ("path64-blocksparse-long", "path64-blocksparse-long-s1")
-    if all(ours.status(run) == "not run" for run in runs):
+    if found is None or all(found[1].status(run) == "not run" for run in runs):
         return []
+    ours = found[1]
     parts = []
     for run in runs:
         status, reached = ours.status(run), ours.metric(run, "to65_steps")
