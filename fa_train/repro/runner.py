@@ -400,6 +400,23 @@ def release_sources(recipe: Recipe, scale: str, out: Path, results: "Results") -
     return released
 
 
+def keep_final_weights(ckpt_dir: Path) -> None:
+    """Reduce a finished source run's checkpoints/ to what the runs that start from it read: its
+    final weights, as last.ckpt's ``state_dict`` (the optimizer and loop state only serve resuming,
+    and triple a small model's checkpoint)."""
+    import torch
+    last = ckpt_dir / "last.ckpt"
+    if not last.is_file():
+        return
+    state = torch.load(last, map_location="cpu", weights_only=False)
+    slim = ckpt_dir / "last.ckpt.tmp"
+    torch.save({"state_dict": state.get("state_dict", state)}, slim)
+    for path in ckpt_dir.iterdir():
+        if path != slim:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    os.replace(slim, last)
+
+
 def resumable(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
     """A paused training run whose checkpoint is still in its folder."""
     return (run.kind == "train" and bool(entry) and entry.get("status") == "paused"
@@ -515,7 +532,8 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
 
     Training checkpoints (checkpoints/ in each run folder; GBs at the gpu scale) are deleted
     after each run unless `keep_checkpoints` or another run starts from them (`init_from`; then
-    once those runs are done: `release_sources`): a recipe keeps metrics, not weights.
+    only the final weights stay, until those runs are done: `keep_final_weights`,
+    `release_sources`): a recipe keeps metrics, not weights.
 
     `pause_after` (minutes) pauses each training run after that much wall time; the paused run
     keeps its checkpoint, and running the recipe again continues it where it stopped, before
@@ -647,8 +665,11 @@ def run_recipe(recipe: Recipe, scale: str, out_dir: Path | str | None = None,
         metrics = collect_metrics(run, run_dir)
         status, error = classify(outcome, metrics, bool(result_files(run, run_dir)))
         compress_if_finished(run_dir, run.kind, status)
-        if not keep_checkpoints and status != "paused" and run.name not in sources:
-            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        if not keep_checkpoints and status != "paused":
+            if run.name not in sources:
+                shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+            elif status == "ok":
+                keep_final_weights(run_dir / "checkpoints")
         if resuming:   # one run in several stretches: its first start, the sum of their durations
             started = prior.get("started", started)
             duration += float(prior.get("duration_s") or 0.0)

@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 from fa_train.repro.recipe import RecipeError
@@ -35,6 +36,9 @@ TRANSFER = textwrap.dedent("""
 """)
 
 
+WEIGHTS = {"model.w": torch.arange(3.0)}
+
+
 class Trainer:
     """Fake training runs: each writes metrics.json and a checkpoint, or fails when told to."""
 
@@ -49,7 +53,9 @@ class Trainer:
         if run.name in self.fail:
             return Outcome(1, "ValueError: broken\n")
         (run_dir / "checkpoints").mkdir(exist_ok=True)
-        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+        torch.save({"state_dict": WEIGHTS, "optimizer_states": [{"exp_avg": torch.zeros(3)}],
+                    "epoch": 2}, run_dir / "checkpoints" / "last.ckpt")
+        torch.save(WEIGHTS, run_dir / "checkpoints" / "best_weights.pt")
         (run_dir / "metrics.json").write_text(json.dumps({"status": "ok", "test/acc": 0.6}))
         return Outcome(0, "")
 
@@ -82,7 +88,11 @@ def test_a_source_keeps_its_checkpoint_while_a_run_from_it_is_not_done(make_reci
     out = tmp_path / "out"
     data, said = _run(make_recipe, out, Trainer(fail={"tuned"}))
     assert data["runs"]["tuned"]["status"] == "failed"
-    assert (out / "pre" / "checkpoints" / "last.ckpt").is_file() and "deleted" not in said
+    assert "deleted" not in said
+    kept = out / "pre" / "checkpoints"          # the final weights alone: pre will not resume
+    assert [p.name for p in kept.iterdir()] == ["last.ckpt"]
+    state = torch.load(kept / "last.ckpt", weights_only=False)
+    assert list(state) == ["state_dict"] and torch.equal(state["state_dict"]["model.w"], WEIGHTS["model.w"])
     data, said = _run(make_recipe, out, Trainer())                      # tuned again: now done
     assert data["runs"]["tuned"]["status"] == "ok"
     assert not (out / "pre" / "checkpoints").exists()
