@@ -37,7 +37,7 @@ configs look for it, then print documents and tokens per split and source and th
                committed results were trained on); once apt no longer offers one, restore a pack of
                it, or build another corpus with --unpinned (its runs compare only with each other).
 
-To train on a machine without registry access, pack the tokens (a folder of ~25 MB: xz-compressed
+To train on a machine without registry access, pack the tokens (a folder of ~22 MB: xz-compressed
 uint16 memmaps, the tokenizer and the manifests) and restore them there (seconds, no network):
 
   here:   fa-data corpus --preset large --cache-dir .cache --num-proc 2 --pack .cache/packs/corpus-large

@@ -5,8 +5,8 @@ copy of the token memmaps that carries it to a machine without registry access.
 `fa_train.data.lm.LMDataModule` wrote, pairing each document with the JSONL line it came from.
 
 A pack is a folder: ``<split>.bin.xz`` (the uint16/uint32 memmaps, xz-compressed), the LM cache's
-``meta.json`` and ``tokenizer.json``, the corpus ``manifest.json``, and ``pack.json`` (the name of the LM
-cache folder and the size and SHA-256 of every unpacked file). `unpack` restores the folder under
+``meta.json`` and ``tokenizer.json.xz``, the corpus ``manifest.json``, and ``pack.json`` (the name of the
+LM cache folder and the size and SHA-256 of every unpacked file). `unpack` restores the folder under
 ``<cache_dir>/lm/`` and checks every file before the LM cache counts as complete (``meta.json`` last).
 `restore_text` writes the corpus JSONL back from the tokens, so that a machine holding only the pack
 can prepare other tokenizations of the same documents (BERT's WordPiece for masked-LM training).
@@ -73,7 +73,8 @@ def token_stats(corpus_files: dict[str, Path], lm_dir: Path) -> dict:
             "document_length": length_summary(np.concatenate(everything))}
 
 
-ARRAY_SUFFIXES = (".bin", ".npy")   # a tokenized cache's arrays: what a pack compresses
+ARRAY_SUFFIXES = (".bin", ".npy")   # a tokenized cache's arrays
+COMPRESSED = (*ARRAY_SUFFIXES, "tokenizer.json")   # what a pack compresses (the tokenizer: 3.5 MB to 0.5)
 
 
 def data_files(lm_dir: Path) -> list[Path]:
@@ -87,15 +88,18 @@ def pack(lm_dir: Path, manifest: Path, out: Path, preset: int = 6) -> dict:
     meta = json.loads((lm_dir / "meta.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
     files = {}
-    for src in data_files(lm_dir):   # the token memmaps, and the MLM cache's segment tables
-        tmp = out / f"{src.name}.xz.tmp"
-        with open(src, "rb") as f, lzma.open(tmp, "wb", preset=preset) as z:
-            shutil.copyfileobj(f, z, 1 << 22)
-        os.replace(tmp, out / f"{src.name}.xz")
-        files[src.name] = {"bytes": src.stat().st_size, "sha256": file_sha256(src)}
-    for name, src in (("meta.json", lm_dir / "meta.json"), ("tokenizer.json", lm_dir / "tokenizer.json"),
-                      ("manifest.json", Path(manifest))):
-        shutil.copyfile(src, out / name)
+    # the token memmaps (and the MLM cache's segment tables), the tokenizer, the two manifests
+    sources = {**{p.name: p for p in data_files(lm_dir)}, "tokenizer.json": lm_dir / "tokenizer.json",
+               "meta.json": lm_dir / "meta.json", "manifest.json": Path(manifest)}
+    for name, src in sources.items():
+        if name.endswith(COMPRESSED):
+            tmp = out / f"{name}.xz.tmp"
+            with open(src, "rb") as f, lzma.open(tmp, "wb", preset=preset) as z:
+                shutil.copyfileobj(f, z, 1 << 22)
+            os.replace(tmp, out / f"{name}.xz")
+            (out / name).unlink(missing_ok=True)   # a plain copy left by an older pack
+        else:
+            shutil.copyfile(src, out / name)
         files[name] = {"bytes": src.stat().st_size, "sha256": file_sha256(src)}
     info = {"lm_dir": lm_dir.name, "kind": lm_dir.parent.name, "num_tokens": meta["num_tokens"], "files": files}
     (out / "pack.json").write_text(json.dumps(info, indent=2))
@@ -122,8 +126,8 @@ def unpack(pack_dir: Path, cache_dir: Path) -> Path:
     tmp = dest.with_name(dest.name + ".unpack")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for name in files:
-        src = pack_dir / (name + ".xz" if name.endswith(ARRAY_SUFFIXES) else name)
+    for name in files:   # each file compressed or not (packs made before kept the tokenizer plain)
+        src = pack_dir / (name + ".xz") if (pack_dir / (name + ".xz")).is_file() else pack_dir / name
         try:
             with (lzma.open(src, "rb") if src.suffix == ".xz" else open(src, "rb")) as f, open(tmp / name, "wb") as g:
                 shutil.copyfileobj(f, g, 1 << 22)

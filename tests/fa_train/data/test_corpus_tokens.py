@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -60,6 +61,9 @@ def test_pack_restores_the_same_cache_and_rejects_a_corrupt_one(tokenized, tmp_p
     files, dm, _, root = tokenized
     info = corpus_tokens.pack(dm.data_dir, files["train"].parent / "manifest.json", tmp_path / "pack")
     assert info["lm_dir"] == dm.data_dir.name and (tmp_path / "pack" / "train.bin.xz").is_file()
+    assert sorted(p.name for p in (tmp_path / "pack").iterdir()) == [
+        "manifest.json", "meta.json", "pack.json", "test.bin.xz", "tokenizer.json.xz", "train.bin.xz",
+        "validation.bin.xz"]
     restored = corpus_tokens.unpack(tmp_path / "pack", tmp_path / "cache")
     again = LMDataModule(source="json", data_files={s: str(p) for s, p in files.items()}, vocab_size=300, seq_len=8,
                          cache_dir=str(tmp_path / "cache"))
@@ -85,6 +89,18 @@ def test_pack_restores_the_same_cache_and_rejects_a_corrupt_one(tokenized, tmp_p
     assert not (tmp_path / "other" / "lm" / dm.data_dir.name / "meta.json").exists()
     with pytest.raises(ValueError, match="not a corpus pack"):
         corpus_tokens.unpack(tmp_path, tmp_path / "other")
+
+
+
+def test_a_pack_with_a_plain_tokenizer_restores_too(tokenized, tmp_path):
+    """Packs made before the tokenizer was compressed hold tokenizer.json as it is."""
+    files, dm, _, _ = tokenized
+    pack = tmp_path / "pack"
+    corpus_tokens.pack(dm.data_dir, files["train"].parent / "manifest.json", pack)
+    (pack / "tokenizer.json.xz").unlink()
+    shutil.copyfile(dm.data_dir / "tokenizer.json", pack / "tokenizer.json")
+    restored = corpus_tokens.unpack(pack, tmp_path / "cache")
+    assert (restored / "tokenizer.json").read_bytes() == (dm.data_dir / "tokenizer.json").read_bytes()
 
 
 @pytest.mark.parametrize("argv, message", [
