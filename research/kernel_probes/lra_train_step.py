@@ -17,11 +17,18 @@ model's all-true-mask check every step, so the host's hooks and logging added to
 instead of overlapping it. After the fix (kernels/NOTES.md, "Training steps"), 13.8 ms eager and
 10.9 compiled (2026-11-28-ab/).
 
+`--experiment` times another LRA experiment's step (e.g. lra/pathfinder64); `--dq-paths R` times
+instead each implementation eager at the experiment's own attention dropout and no key mask, its
+backward adding dQ by a pass of its own and by atomics in the dK/dV pass (both forced, whatever
+`kernels.tuning.atomic_dq` picks), the two alternated R times.
+
 Usage: python research/kernel_probes/lra_train_step.py OUT_DIR [--steps 30] [--impls flash sdpa]
+       [--experiment lra/pathfinder32_fly] [--dq-paths R]
        [--loader] [--trainer [--trainer-overrides attention=sdpa ...] [--baseline-tree DIR]]
 Writes OUT_DIR/lra_train_step.json and prints a table last. Runs on CPU too (small, for wiring).
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -37,14 +44,27 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fa_train.bench.train_step import gpu_busy
+from kernels import tuning
 from fa_train.resources import config_dir, project_root
 
 EXPERIMENT = "lra/pathfinder32_fly"
 
 
-def experiment_config(impl):
+def experiment_config(impl, experiment=EXPERIMENT):
     with initialize_config_dir(str(config_dir()), version_base=None):
-        return compose("config", overrides=[f"experiment={EXPERIMENT}", f"attention={impl}"])
+        return compose("config", overrides=[f"experiment={experiment}", f"attention={impl}"])
+
+
+@contextlib.contextmanager
+def dq_path(dq):
+    """The backward's dQ path: None as `tuning.atomic_dq` picks, "atomics" or "pass" forced."""
+    chosen = tuning.atomic_dq
+    if dq is not None:
+        tuning.atomic_dq = lambda dropout_p, block_d: dq == "atomics"
+    try:
+        yield
+    finally:
+        tuning.atomic_dq = chosen
 
 
 def build(cfg, attn_dropout, device):
@@ -74,8 +94,14 @@ def step_fn(model, opt, device, compiled):
     return step
 
 
-def measure(impl, compiled, attn_dropout, with_mask, args, device):
-    cfg = experiment_config(impl)
+def measure(impl, compiled, attn_dropout, with_mask, args, device, dq=None):
+    with dq_path(dq):
+        row = _measure(impl, compiled, attn_dropout, with_mask, args, device)
+    return row if dq is None else {**row, "dq": dq}
+
+
+def _measure(impl, compiled, attn_dropout, with_mask, args, device):
+    cfg = experiment_config(impl, args.experiment)
     model, opt = build(cfg, attn_dropout, device)
     batch_size = args.batch or cfg.data.batch_size
     n = cfg.data.resolution ** 2
@@ -102,7 +128,7 @@ def measure(impl, compiled, attn_dropout, with_mask, args, device):
 def loader_ms(args):
     """ms per batch of the experiment's train loader alone (its generated images, its workers),
     over a second pass so that the images are in the page cache, as in a training run."""
-    cfg = experiment_config("flash")
+    cfg = experiment_config("flash", args.experiment)
     dm = instantiate(cfg.data, n_train=args.loader_images, n_val=64, n_test=64, _convert_="all")
     dm.setup()
     loader = dm.train_dataloader()
@@ -128,7 +154,7 @@ def trainer_ms(args, out):
     """ms per step of `fa-train experiment=...` per TRAINER_VARIANTS entry (its PerfMonitor's
     tokens/s, validation excluded), and Lightning's simple profile of one more "as run" run.
     With --baseline-tree, "as run" of that tree and of this one alternate twice first (A B A B)."""
-    base = [f"experiment={EXPERIMENT}", f"data.n_train={args.trainer_images}", "data.n_val=2560",
+    base = [f"experiment={args.experiment}", f"data.n_train={args.trainer_images}", "data.n_val=2560",
             "data.n_test=256", f"trainer.max_steps={args.trainer_steps}", "run_test=false",
             "callbacks.checkpoint.every_n_train_steps=1000000", *args.trainer_overrides]
     runs = [(name, extra, None) for name, extra in TRAINER_VARIANTS.items()]
@@ -166,6 +192,9 @@ def main():
     p.add_argument("out")
     p.add_argument("--impls", nargs="+", default=["flash", "sdpa", "standard"])
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--experiment", default=EXPERIMENT)
+    p.add_argument("--dq-paths", type=int, default=0, metavar="ROUNDS",
+                   help="time the backward's two dQ paths instead, alternated ROUNDS times")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=None, help="default: the experiment's")
     p.add_argument("--loader", action="store_true")
@@ -180,31 +209,39 @@ def main():
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cases = [(impl, compiled, 0.1, True) for impl in args.impls for compiled in (False, True)]
-    cases += [(args.impls[0], False, 0.0, True), (args.impls[0], False, 0.1, False)]
+    if args.dq_paths:
+        dropout = experiment_config(args.impls[0], args.experiment).model.attn_dropout
+        cases = [(impl, False, dropout, False, dq) for _ in range(args.dq_paths)
+                 for impl in args.impls for dq in ("pass", "atomics")]
+    else:
+        cases = [(impl, compiled, 0.1, True, None) for impl in args.impls
+                 for compiled in (False, True)]
+        cases += [(args.impls[0], False, 0.0, True, None), (args.impls[0], False, 0.1, False, None)]
     rows = []
-    for case in cases:
+    for *case, dq in cases:
         try:
-            rows.append(measure(*case, args, device))
+            rows.append(measure(*case, args, device, dq))
         except Exception as e:  # one failing variant must not hide the others' rows
-            rows.append(dict(zip(("impl", "compiled", "attn_dropout", "mask"), case),
+            rows.append(dict(zip(("impl", "compiled", "attn_dropout", "mask", "dq"), (*case, dq)),
                              error=f"{type(e).__name__}: {str(e)[:200]}"))
         print(rows[-1], flush=True)
-    info = {"experiment": EXPERIMENT,
+    info = {"experiment": args.experiment,
             "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "rows": rows, "loader": loader_ms(args) if args.loader else None,
             "trainer": trainer_ms(args, out) if args.trainer else None}
     (out / "lra_train_step.json").write_text(json.dumps(info, indent=1))
-    print(f"\n{info['device']}, torch {info['torch']}; {EXPERIMENT}, bare step")
-    print(f"{'impl':9} {'compiled':8} {'attn drop':9} {'mask':5} {'step ms':>8} {'GPU busy ms':>11}")
+    print(f"\n{info['device']}, torch {info['torch']}; {args.experiment}, bare step")
+    print(f"{'impl':11} {'compiled':8} {'attn drop':9} {'mask':5} {'dQ':7} {'step ms':>8} "
+          f"{'GPU busy ms':>11}")
     for r in rows:
+        head = (f"{r['impl']:11} {r['compiled']!s:8} {r['attn_dropout']:<9} {r['mask']!s:5} "
+                f"{r.get('dq') or 'chosen':7}")
         if "error" in r:
-            print(f"{r['impl']:9} {r['compiled']!s:8} {r['attn_dropout']:<9} {r['mask']!s:5} {r['error']}")
+            print(f"{head} {r['error']}")
             continue
         busy = f"{r['gpu_busy_ms']:.2f}" if "gpu_busy_ms" in r else "-"
-        print(f"{r['impl']:9} {r['compiled']!s:8} {r['attn_dropout']:<9} {r['mask']!s:5} "
-              f"{r['step_ms']:8.2f} {busy:>11}")
+        print(f"{head} {r['step_ms']:8.2f} {busy:>11}")
     if info["loader"]:
         print(f"train loader alone: {info['loader']['ms_per_batch']:.2f} ms per batch of "
               f"{info['loader']['batch']} ({info['loader']['num_workers']} workers)")

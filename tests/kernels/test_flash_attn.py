@@ -17,7 +17,7 @@ TOL32 = 1e-4  # float32 inputs: interpreter dots are exact float32
 
 SHAPES = [  # (seqlen_q, seqlen_k, head_dim)
     (1, 1, 16), (17, 17, 32), (100, 100, 64), (33, 33, 128), (50, 50, 24), (40, 100, 64),
-    (100, 40, 32),
+    (100, 40, 32), (37, 37, 8),
 ]
 FEATURES = list(itertools.product([False, True], [False, True], [0.0, 0.25], [1, 2]))
 

@@ -41,7 +41,7 @@ def _check(fn, tensors, dtype, **ref_kwargs):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 80])
+@pytest.mark.parametrize("head_dim", [8, 16, 32, 64, 128, 80])   # 8: the Path-64 model's
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen", [1000, 4096])
 def test_dense_realistic(dtype, head_dim, causal, seqlen, monkeypatch):
@@ -109,14 +109,17 @@ def test_backward_race_check_100_runs(window):
         assert all(torch.equal(a, b) for a, b in zip(first, grads))
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_blocksparse_butterfly(head_dim):
+@pytest.mark.parametrize("head_dim", [8, 64, 128])
+@pytest.mark.parametrize("deterministic", [False, True])   # atomic dQ / a separate dQ pass
+def test_blocksparse_butterfly(head_dim, deterministic, monkeypatch):
     torch.manual_seed(4)
     seqlen, block = 4096, 128
     layout = butterfly_layout(seqlen, block, n_factors=3).cuda()
     tensors = _inputs(2, seqlen, 4, 4, head_dim, torch.bfloat16)
     mask = layout.repeat_interleave(block, 0).repeat_interleave(block, 1)
-    _check(lambda q, k, v: blocksparse_attn_func(q, k, v, layout, block_size=block, causal=True),
+    deterministic = backward_path(monkeypatch, deterministic)
+    _check(lambda q, k, v: blocksparse_attn_func(q, k, v, layout, block_size=block, causal=True,
+                                                 deterministic=deterministic),
            tensors, torch.bfloat16, causal=True, attn_mask=mask[None, None])
 
 
