@@ -44,8 +44,8 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fa_train.bench.train_step import gpu_busy
-from kernels import tuning
 from fa_train.resources import config_dir, project_root
+from kernels import tuning
 
 EXPERIMENT = "lra/pathfinder32_fly"
 
