@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from fa_train.attention import build_attention, pad_input, unpad_input
 from fa_train.errors import check_choice, check_float, check_model_shape
 from fa_train.models.encoder import Encoder, encoder_flops_shape, init_bert_weights
+from fa_train.models.layer_norm import LayerNorm
 
 BERT_PRESETS = {
     "bert-base": dict(n_layer=12, n_head=12, d_model=768, d_ff=3072),
@@ -37,6 +38,7 @@ class BertConfig:
     dropout: float = 0.1
     attn_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
+    norm_impl: str = "auto"           # LayerNorm kernels: fa_train.models.layer_norm
     pad_token_id: int = 0
     nsp: bool = False                 # next-sentence-prediction head
     unpad: str | bool = "auto"       # "auto": unpad when attention runs varlen natively (flash)
@@ -60,15 +62,15 @@ class BertForPreTraining(nn.Module):
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.position_embeddings = nn.Embedding(cfg.max_seq_len, cfg.d_model)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
-        self.emb_ln = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.emb_ln = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps, impl=cfg.norm_impl)
         self.emb_drop = nn.Dropout(cfg.dropout)
         self.encoder = Encoder(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, self.attention,
                                cfg.dropout, cfg.attn_dropout, "gelu", prenorm=False,
-                               layer_norm_eps=cfg.layer_norm_eps,
+                               layer_norm_eps=cfg.layer_norm_eps, norm_impl=cfg.norm_impl,
                                activation_checkpointing=cfg.activation_checkpointing)
         # MLM head: dense -> GELU -> LayerNorm -> decoder tied to the word embeddings
         self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
-        self.mlm_ln = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.mlm_ln = LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps, impl=cfg.norm_impl)
         self.mlm_decoder = nn.Linear(cfg.d_model, cfg.vocab_size)
         self.mlm_decoder.weight = self.word_embeddings.weight
         if cfg.nsp:

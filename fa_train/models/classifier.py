@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from fa_train.attention import build_attention
 from fa_train.errors import UserError, check_choice, check_float, check_int, check_model_shape
 from fa_train.models.encoder import Encoder, encoder_flops_shape, init_bert_weights
+from fa_train.models.layer_norm import LayerNorm
 
 
 @dataclass
@@ -40,6 +41,7 @@ class ClassifierConfig:
     activation: str = "gelu"
     prenorm: bool = True
     layer_norm_eps: float = 1e-5
+    norm_impl: str = "auto"          # LayerNorm kernels: fa_train.models.layer_norm
     input_type: str = "token"        # "token" (nn.Embedding) | "pixel" (ids/255 -> Linear(1, d))
     pos_emb: str = "learned"         # "learned" | "sinusoidal" | "none"
     image_size: int | None = None    # side of the 2D grid for learned-table interpolation
@@ -120,11 +122,12 @@ class SequenceClassifier(nn.Module):
                                  if cfg.pos_emb == "sinusoidal" else torch.zeros(cfg.max_seq_len, d),
                                  persistent=False)
             self.cls_pos = None
-        self.emb_ln = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.emb_layer_norm else nn.Identity()
+        self.emb_ln = (LayerNorm(d, eps=cfg.layer_norm_eps, impl=cfg.norm_impl)
+                       if cfg.emb_layer_norm else nn.Identity())
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = Encoder(cfg.n_layer, d, cfg.n_head, cfg.d_ff, self.attention, cfg.dropout,
                                cfg.attn_dropout, cfg.activation, cfg.prenorm, cfg.layer_norm_eps,
-                               cfg.activation_checkpointing)
+                               cfg.activation_checkpointing, cfg.norm_impl)
         feat = d * (4 if cfg.num_towers == 2 else 1)
         hidden = cfg.mlp_dim or d
         if cfg.head == "roberta":

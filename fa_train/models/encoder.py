@@ -11,6 +11,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from fa_train.models.layer_norm import LayerNorm
+
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
@@ -37,14 +39,14 @@ class SelfAttention(nn.Module):
 
 class EncoderLayer(nn.Module):
     def __init__(self, d_model, n_head, d_ff, attention, dropout=0.1, attn_dropout=0.1,
-                 activation="gelu", prenorm=True, layer_norm_eps=1e-5):
+                 activation="gelu", prenorm=True, layer_norm_eps=1e-5, norm_impl="auto"):
         super().__init__()
         self.prenorm = prenorm
         self.attn = SelfAttention(d_model, n_head, attn_dropout, attention)
-        self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.ln1 = LayerNorm(d_model, eps=layer_norm_eps, impl=norm_impl)
         self.ff1 = nn.Linear(d_model, d_ff)
         self.ff2 = nn.Linear(d_ff, d_model)
-        self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.ln2 = LayerNorm(d_model, eps=layer_norm_eps, impl=norm_impl)
         self.drop = nn.Dropout(dropout)
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; valid: {sorted(ACTIVATIONS)}")
@@ -63,12 +65,13 @@ class Encoder(nn.Module):
 
     def __init__(self, n_layer, d_model, n_head, d_ff, attention, dropout=0.1, attn_dropout=0.1,
                  activation="gelu", prenorm=True, layer_norm_eps=1e-5,
-                 activation_checkpointing=False):
+                 activation_checkpointing=False, norm_impl="auto"):
         super().__init__()
         self.layers = nn.ModuleList([
             EncoderLayer(d_model, n_head, d_ff, attention, dropout, attn_dropout, activation,
-                         prenorm, layer_norm_eps) for _ in range(n_layer)])
-        self.ln_f = nn.LayerNorm(d_model, eps=layer_norm_eps) if prenorm else nn.Identity()
+                         prenorm, layer_norm_eps, norm_impl) for _ in range(n_layer)])
+        self.ln_f = (LayerNorm(d_model, eps=layer_norm_eps, impl=norm_impl) if prenorm
+                     else nn.Identity())
         self.activation_checkpointing = activation_checkpointing
 
     def forward(self, x, key_padding_mask=None, cu_seqlens=None, max_seqlen=None):

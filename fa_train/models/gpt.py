@@ -28,6 +28,7 @@ from fa_train.attention import build_attention
 from fa_train.attention.cache import new_token_visibility
 from fa_train.errors import UserError, check_choice, check_float, check_int, check_model_shape
 from fa_train.models.kv_cache import KVCache, LayerCache
+from fa_train.models.layer_norm import LayerNorm
 
 LOSS_IMPLS = ("auto", "fused", "torch")
 POS_EMBS = ("learned", "none")
@@ -52,6 +53,7 @@ class GPTConfig:
     bias: bool = True
     activation_checkpointing: bool = False
     loss_impl: str = "auto"          # fused (kernels.cross_entropy), torch, or auto: fused on CUDA
+    norm_impl: str = "auto"          # LayerNorm kernels: fa_train.models.layer_norm
     document_mask: bool = False      # attention within documents only (split at eot_id)
     eot_id: int | None = None        # the end-of-document token (from the data)
     attention: Any = field(default_factory=lambda: {"impl": "auto"})
@@ -113,9 +115,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig, attention):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.ln_1 = LayerNorm(cfg.d_model, bias=cfg.bias, impl=cfg.norm_impl)
         self.attn = CausalSelfAttention(cfg, attention)
-        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.ln_2 = LayerNorm(cfg.d_model, bias=cfg.bias, impl=cfg.norm_impl)
         self.mlp = MLP(cfg)
 
     def forward(self, x, cache: LayerCache | None = None, documents: Documents | None = None):
@@ -150,7 +152,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.pos_emb == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([Block(cfg, self.attention) for _ in range(cfg.n_layer)])
-        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.ln_f = LayerNorm(cfg.d_model, bias=cfg.bias, impl=cfg.norm_impl)
         self.lm_head = nn.Linear(cfg.d_model, padded_vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings
         self.apply(self._init_weights)

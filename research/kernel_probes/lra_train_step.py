@@ -20,10 +20,11 @@ instead of overlapping it. After the fix (kernels/NOTES.md, "Training steps"), 1
 `--experiment` times another LRA experiment's step (e.g. lra/pathfinder64); `--dq-paths R` times
 instead each implementation eager at the experiment's own attention dropout and no key mask, its
 backward adding dQ by a pass of its own and by atomics in the dK/dV pass (both forced, whatever
-`kernels.tuning.atomic_dq` picks), the two alternated R times.
+`kernels.tuning.atomic_dq` picks), the two alternated R times; `--norm-impls R` likewise times
+its LayerNorms by PyTorch and by the Triton kernels (model.norm_impl torch and fused).
 
 Usage: python research/kernel_probes/lra_train_step.py OUT_DIR [--steps 30] [--impls flash sdpa]
-       [--experiment lra/pathfinder32_fly] [--dq-paths R]
+       [--experiment lra/pathfinder32_fly] [--dq-paths R | --norm-impls R]
        [--loader] [--trainer [--trainer-overrides attention=sdpa ...] [--baseline-tree DIR]]
 Writes OUT_DIR/lra_train_step.json and prints a table last. Runs on CPU too (small, for wiring).
 """
@@ -67,11 +68,11 @@ def dq_path(dq):
         tuning.atomic_dq = chosen
 
 
-def build(cfg, attn_dropout, device):
+def build(cfg, attn_dropout, device, norm=None):
     torch.manual_seed(0)
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     model_cfg.update(num_classes=2, vocab_size=256, max_seq_len=cfg.data.resolution ** 2,
-                     attn_dropout=attn_dropout)
+                     attn_dropout=attn_dropout, **({"norm_impl": norm} if norm else {}))
     model = instantiate(model_cfg, _convert_="all").to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     return model, opt
@@ -94,15 +95,15 @@ def step_fn(model, opt, device, compiled):
     return step
 
 
-def measure(impl, compiled, attn_dropout, with_mask, args, device, dq=None):
+def measure(impl, compiled, attn_dropout, with_mask, args, device, dq=None, norm=None):
     with dq_path(dq):
-        row = _measure(impl, compiled, attn_dropout, with_mask, args, device)
-    return row if dq is None else {**row, "dq": dq}
+        row = _measure(impl, compiled, attn_dropout, with_mask, args, device, norm)
+    return {**row, **({"dq": dq} if dq else {}), **({"norm": norm} if norm else {})}
 
 
-def _measure(impl, compiled, attn_dropout, with_mask, args, device):
+def _measure(impl, compiled, attn_dropout, with_mask, args, device, norm):
     cfg = experiment_config(impl, args.experiment)
-    model, opt = build(cfg, attn_dropout, device)
+    model, opt = build(cfg, attn_dropout, device, norm)
     batch_size = args.batch or cfg.data.batch_size
     n = cfg.data.resolution ** 2
     gen = torch.Generator().manual_seed(0)
@@ -195,6 +196,8 @@ def main():
     p.add_argument("--experiment", default=EXPERIMENT)
     p.add_argument("--dq-paths", type=int, default=0, metavar="ROUNDS",
                    help="time the backward's two dQ paths instead, alternated ROUNDS times")
+    p.add_argument("--norm-impls", type=int, default=0, metavar="ROUNDS",
+                   help="time the LayerNorm's two implementations instead, alternated ROUNDS times")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=None, help="default: the experiment's")
     p.add_argument("--loader", action="store_true")
@@ -209,21 +212,26 @@ def main():
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if args.dq_paths:
+    if args.dq_paths and args.norm_impls:
+        p.error("give --dq-paths or --norm-impls, not both")
+    if args.dq_paths or args.norm_impls:
         dropout = experiment_config(args.impls[0], args.experiment).model.attn_dropout
-        cases = [(impl, False, dropout, False, dq) for _ in range(args.dq_paths)
+        cases = [(impl, False, dropout, False, dq, None) for _ in range(args.dq_paths)
                  for impl in args.impls for dq in ("pass", "atomics")]
+        cases += [(impl, False, dropout, False, None, norm) for _ in range(args.norm_impls)
+                  for impl in args.impls for norm in ("torch", "fused")]
     else:
-        cases = [(impl, compiled, 0.1, True, None) for impl in args.impls
+        cases = [(impl, compiled, 0.1, True, None, None) for impl in args.impls
                  for compiled in (False, True)]
-        cases += [(args.impls[0], False, 0.0, True, None), (args.impls[0], False, 0.1, False, None)]
+        cases += [(args.impls[0], False, 0.0, True, None, None),
+                  (args.impls[0], False, 0.1, False, None, None)]
     rows = []
-    for *case, dq in cases:
+    for *case, dq, norm in cases:
         try:
-            rows.append(measure(*case, args, device, dq))
+            rows.append(measure(*case, args, device, dq, norm))
         except Exception as e:  # one failing variant must not hide the others' rows
-            rows.append(dict(zip(("impl", "compiled", "attn_dropout", "mask", "dq"), (*case, dq)),
-                             error=f"{type(e).__name__}: {str(e)[:200]}"))
+            rows.append(dict(zip(("impl", "compiled", "attn_dropout", "mask", "dq", "norm"),
+                                 (*case, dq, norm)), error=f"{type(e).__name__}: {str(e)[:200]}"))
         print(rows[-1], flush=True)
     info = {"experiment": args.experiment,
             "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
@@ -232,11 +240,11 @@ def main():
             "trainer": trainer_ms(args, out) if args.trainer else None}
     (out / "lra_train_step.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['device']}, torch {info['torch']}; {args.experiment}, bare step")
-    print(f"{'impl':11} {'compiled':8} {'attn drop':9} {'mask':5} {'dQ':7} {'step ms':>8} "
-          f"{'GPU busy ms':>11}")
+    print(f"{'impl':11} {'compiled':8} {'attn drop':9} {'mask':5} {'dQ':7} {'norm':6} "
+          f"{'step ms':>8} {'GPU busy ms':>11}")
     for r in rows:
         head = (f"{r['impl']:11} {r['compiled']!s:8} {r['attn_dropout']:<9} {r['mask']!s:5} "
-                f"{r.get('dq') or 'chosen':7}")
+                f"{r.get('dq') or 'chosen':7} {r.get('norm') or 'auto':6}")
         if "error" in r:
             print(f"{head} {r['error']}")
             continue
