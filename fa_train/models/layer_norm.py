@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from fa_train.errors import check_choice
 
 IMPLS = ("auto", "fused", "torch")
-AUTO_WIDTH = 256
+AUTO_WIDTH = 64
 
 
 class LayerNorm(nn.LayerNorm):

@@ -654,6 +654,24 @@ def pathfinder_shapes() -> list[str]:
     return lines
 
 
+def _train_against_validation(ours, run: str) -> str:
+    """The run's mean training accuracy over the steps since its next-to-last validation beside
+    its last validation accuracy, and its validation loss at the first and last validations: ''
+    without two validations."""
+    val_acc, val_loss = ours.curve(run, "val/acc"), ours.curve(run, "val/loss")
+    if len(val_acc) < 2 or len(val_loss) < 2:
+        return ""
+    before, last = sorted(val_acc)[-2:]
+    window = [acc for step, acc in ours.curve(run, "train/acc").items() if before < step <= last]
+    if not window:
+        return ""
+    first = min(val_loss)
+    return (f"; training accuracy {100 * sum(window) / len(window):.1f}% over steps "
+            f"{before + 1:,.0f}-{last:,.0f} against validation {100 * val_acc[last]:.1f}% at step "
+            f"{last:,.0f}, validation loss {val_loss[first]:.3f} at step {first:,.0f} and "
+            f"{val_loss[max(val_loss)]:.3f} at step {max(val_loss):,.0f}")
+
+
 def path64_long() -> list[str]:
     """table6_pathx's block-sparse Path-64 runs on the longer schedule, two seeds, read by the rule
     their recipe fixed before they ran: Path-64 learns when validation accuracy reaches 65%."""
@@ -673,7 +691,8 @@ def path64_long() -> list[str]:
         steps = fmt_cell(*ours.cell(run, "steps"), ",.0f")
         parts.append(f"{run} ({'' if status == 'ok' else 'paused, '}{steps} steps): {test}best "
                      f"validation {fmt_cell(*ours.cell(run, 'best_val'), '.1f')}%, "
-                     + ("65% not reached" if reached is None else f"65% reached at step {reached:,.0f}"))
+                     + ("65% not reached" if reached is None else f"65% reached at step {reached:,.0f}")
+                     + _train_against_validation(ours, run))
     return ["", "Block-sparse Path-64 on the longer schedule (recipe table6_pathx, scale gpu: 62,500 "
             "steps of 256 at lr 1e-4 after self-pretraining, seeds 1234 and 1; the rule fixed before "
             "they ran: Path-64 learns when validation accuracy reaches 65%): " + "; ".join(parts) + "."]
