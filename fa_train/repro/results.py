@@ -665,11 +665,11 @@ def _train_against_validation(ours, run: str) -> str:
     window = [acc for step, acc in ours.curve(run, "train/acc").items() if before < step <= last]
     if not window:
         return ""
-    first = min(val_loss)
+    first, final = min(val_loss), max(val_loss)
     return (f"; training accuracy {100 * sum(window) / len(window):.1f}% over steps "
             f"{before + 1:,.0f}-{last:,.0f} against validation {100 * val_acc[last]:.1f}% at step "
             f"{last:,.0f}, validation loss {val_loss[first]:.3f} at step {first:,.0f} and "
-            f"{val_loss[max(val_loss)]:.3f} at step {max(val_loss):,.0f}")
+            f"{val_loss[final]:.3f} at step {final:,.0f}")
 
 
 def path64_long() -> list[str]:

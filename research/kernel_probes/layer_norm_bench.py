@@ -1,6 +1,8 @@
-"""GPU time of LayerNorm by PyTorch and by kernels/layer_norm.py, forward and forward+backward,
-over widths from 8 to 4,096 features at a fixed number of elements (Path-64's step normalizes
-256 x 4,097 rows of 32 features, five times), in float32 (as under autocast) and in bf16.
+"""Time of LayerNorm by PyTorch and by kernels/layer_norm.py, forward and forward+backward, over
+widths from 8 to 4,096 features at a fixed number of elements (Path-64's step normalizes 256 x
+4,097 rows of 32 features, five times), in float32 (as under autocast) and in bf16. Timed by
+`triton.testing.do_bench` (CUDA events around queued calls): a call whose host work outlasts its
+GPU work measures the host.
 
 Usage: python research/kernel_probes/layer_norm_bench.py OUT_DIR [--elements 33554432]
        [--widths 8,16,32,...] [--rounds 3]
