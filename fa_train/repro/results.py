@@ -673,11 +673,12 @@ def _train_against_validation(ours, run: str) -> str:
 
 
 def path64_long() -> list[str]:
-    """table6_pathx's block-sparse Path-64 runs on the longer schedule, two seeds, read by the rule
-    their recipe fixed before they ran: Path-64 learns when validation accuracy reaches 65%."""
+    """table6_pathx's block-sparse Path-64 runs on the longer schedule (images as drawn, then two
+    seeds under the square's symmetries), read by the rule their recipe fixed before they ran:
+    Path-64 learns when validation accuracy reaches 65%."""
     from fa_train.repro.report import fmt_cell
     found = _gpu_table("table6_pathx")
-    runs = ("path64-blocksparse-long", "path64-blocksparse-long-s1")
+    runs = ("path64-blocksparse-long", "path64-blocksparse-aug", "path64-blocksparse-aug-s1")
     if found is None or all(found[1].status(run) == "not run" for run in runs):
         return []
     ours = found[1]
@@ -694,8 +695,11 @@ def path64_long() -> list[str]:
                      + ("65% not reached" if reached is None else f"65% reached at step {reached:,.0f}")
                      + _train_against_validation(ours, run))
     return ["", "Block-sparse Path-64 on the longer schedule (recipe table6_pathx, scale gpu: 62,500 "
-            "steps of 256 at lr 1e-4 after self-pretraining, seeds 1234 and 1; the rule fixed before "
-            "they ran: Path-64 learns when validation accuracy reaches 65%): " + "; ".join(parts) + "."]
+            "steps of 256 at lr 1e-4 after self-pretraining; -long on the images as drawn, seed "
+            "1234; -aug and -aug-s1, seeds 1234 and 1, each training sample under one of the "
+            "square's 8 symmetries drawn anew every epoch (data.augment=dihedral); the rule fixed "
+            "before they ran: Path-64 learns when validation accuracy reaches 65%): "
+            + "; ".join(parts) + "."]
 
 
 def measured_tables() -> list[str]:

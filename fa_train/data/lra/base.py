@@ -115,8 +115,9 @@ class SequenceClassificationDataModule(L.LightningDataModule):
             self.setup()
         kw = dict(num_workers=self.num_workers, collate_fn=self.collator(),
                   pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0)
-        if train:
+        if train:  # a dataset with `global_ids` draws per-sample randomness from the sample id
             return train_loader(self.datasets[split], self.batch_size, self.seed,
+                                global_ids=getattr(self.datasets[split], "global_ids", False),
                                 drop_last=self.drop_last, **kw)
         return DataLoader(self.datasets[split], batch_size=self.eval_batch_size, shuffle=False, **kw)
 

@@ -17,11 +17,12 @@ from torch.utils.data import Dataset
 from fa_train.data.lra import image as image_mod
 from fa_train.data.lra import listops as listops_mod
 from fa_train.data.lra import pathfinder as pf
+from fa_train.data.lra.pathfinder.symmetry import SymmetricImages
 from fa_train.data.lra import retrieval as retrieval_mod
 from fa_train.data.lra import text as text_mod
 from fa_train.data.lm import info
 from fa_train.data.lra.base import MapDataset, SequenceClassificationDataModule, take
-from fa_train.errors import PreparationPaused, UserError
+from fa_train.errors import PreparationPaused, UserError, check_choice
 
 DEFAULT_CACHE = ".cache/fa_train"
 
@@ -133,8 +134,10 @@ class PathfinderDataModule(SequenceClassificationDataModule):
     release PNGs or `fa-data pathfinder` shards); split 80/10/10 deterministically (n_* cap the
     splits). None: generate n_train + n_val + n_test images (default 800/100/100) from `gen_seed`
     into `cache_dir` once, in parallel with `gen_workers` processes (0: one per CPU core). `seed`
-    only drives shuffling. `prepare_deadline` (Unix time, set from the run's `pause_at`): a
-    generation still going then stops with PreparationPaused and continues at the next start."""
+    only drives shuffling and, with `augment="dihedral"`, which of the square's 8 symmetries each
+    training sample gets (validation and test images stay as drawn). `prepare_deadline` (Unix
+    time, set from the run's `pause_at`): a generation still going then stops with
+    PreparationPaused and continues at the next start."""
 
     prepare_deadline: float | None = None
 
@@ -142,10 +145,11 @@ class PathfinderDataModule(SequenceClassificationDataModule):
                  cache_dir: str = DEFAULT_CACHE, n_train: int | None = None,
                  n_val: int | None = None, n_test: int | None = None,
                  num_distractors: int | None = None, gen_workers: int = 1, gen_seed: int = 0,
-                 split_seed: int = 0, batch_size: int = 32, num_workers: int = 0, seed: int = 0,
-                 **kw):
+                 split_seed: int = 0, augment: str | None = None, batch_size: int = 32,
+                 num_workers: int = 0, seed: int = 0, **kw):
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed, **kw)
         self.gen_seed = int(gen_seed)
+        self.augment = check_choice("data.augment", augment, (None, "dihedral"))
         self.params = pf.pathfinder_params(resolution, difficulty, num_distractors)
         self.resolution, self.difficulty = int(resolution), difficulty
         self.data_dir, self.cache_dir = data_dir, cache_dir
@@ -189,7 +193,10 @@ class PathfinderDataModule(SequenceClassificationDataModule):
         self.source = src
         self.vocab_size, self.seq_len, self.num_classes = 256, self.resolution ** 2, 2
         self.image_size = self.resolution
-        return {k: MapDataset(src, src.labels, _flatten, index=v) for k, v in parts.items()}
+        out = {k: MapDataset(src, src.labels, _flatten, index=v) for k, v in parts.items()}
+        if self.augment:
+            out["train"] = SymmetricImages(src, src.labels, parts["train"], self.seed)
+        return out
 
 
 # ----------------------------------------------------------------------------------------------

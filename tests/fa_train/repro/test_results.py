@@ -448,17 +448,17 @@ def test_path64_long_sentence_reads_each_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "ROOT", tmp_path)
     assert results.path64_long() == []
     lm_results(tmp_path, "table6_pathx",
-               {"path64-blocksparse-long": {"test/acc": 0.712, "best_val/acc": 0.72, "global_step": 62500},
-                "path64-blocksparse-long-s1": {"best_val/acc": 0.52, "global_step": 20000}},
-               {"path64-blocksparse-long": "step,val/acc\n624,0.5\n1249,0.66\n",
-                "path64-blocksparse-long-s1": "step,val/acc,val/loss,train/acc\n500,,,0.5\n624,0.5,0.693,\n"
+               {"path64-blocksparse-aug": {"test/acc": 0.712, "best_val/acc": 0.72, "global_step": 62500},
+                "path64-blocksparse-aug-s1": {"best_val/acc": 0.52, "global_step": 20000}},
+               {"path64-blocksparse-aug": "step,val/acc\n624,0.5\n1249,0.66\n",
+                "path64-blocksparse-aug-s1": "step,val/acc,val/loss,train/acc\n500,,,0.5\n624,0.5,0.693,\n"
                                               "700,,,0.6\n900,,,0.62\n1249,0.52,0.72,\n"})
     path = tmp_path / "reports/table6_pathx/gpu/results.json"
     data = json.loads(path.read_text())
-    data["runs"]["path64-blocksparse-long-s1"]["status"] = "paused"
+    data["runs"]["path64-blocksparse-aug-s1"]["status"] = "paused"
     path.write_text(json.dumps(data))
     line = results.path64_long()[1]
-    assert ("path64-blocksparse-long (62,500 steps): test 71.2%, best validation 72.0%, 65% reached "
-            "at step 1,249; path64-blocksparse-long-s1 (paused, 20,000 steps): best validation "
-            "52.0%, 65% not reached; training accuracy 61.0% over steps 625-1,249 against validation "
+    assert ("path64-blocksparse-long not run; path64-blocksparse-aug (62,500 steps): test 71.2%, best "
+            "validation 72.0%, 65% reached at step 1,249; path64-blocksparse-aug-s1 (paused, 20,000 "
+            "steps): best validation 52.0%, 65% not reached; training accuracy 61.0% over steps 625-1,249 against validation "
             "52.0% at step 1,249, validation loss 0.693 at step 624 and 0.720 at step 1,249.") in line
