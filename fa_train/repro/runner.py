@@ -383,18 +383,21 @@ def is_done(entry: dict[str, Any] | None, run: Run, run_dir: Path) -> bool:
             and bool(result_files(run, run_dir)))
 
 
-RELEASED = "{}: checkpoint deleted (every run that starts from it is done)"
+RELEASED = "{}: checkpoint deleted (every run that starts from it ended ok)"
 
 
 def release_sources(recipe: Recipe, scale: str, out: Path, results: "Results") -> list[str]:
-    """Delete the checkpoints kept for transfers (`init_from`) once the source and every run of
-    `scale` that starts from it are done; return the sources released."""
+    """Delete the checkpoints kept for transfers (`init_from`) once the source is done and every
+    run of `scale` that starts from it ended ok (one that diverged or stalled is a result, but
+    the one most likely to run again from the same weights); return the sources released."""
     runs = recipe.runs(scale)
     released = []
     for source in sorted({r.init_from for r in runs if r.init_from}):
         ckpt = out / source / "checkpoints"
         family = [r for r in runs if source in (r.name, r.init_from)]
-        if ckpt.is_dir() and all(is_done(results.run(r.name), r, out / r.name) for r in family):
+        if ckpt.is_dir() and all(is_done(results.run(r.name), r, out / r.name)
+                                 and (r.name == source or results.run(r.name)["status"] == "ok")
+                                 for r in family):
             shutil.rmtree(ckpt)
             released.append(source)
     return released

@@ -42,8 +42,8 @@ WEIGHTS = {"model.w": torch.arange(3.0)}
 class Trainer:
     """Fake training runs: each writes metrics.json and a checkpoint, or fails when told to."""
 
-    def __init__(self, fail=()):
-        self.fail, self.calls, self.sources_found = set(fail), [], {}
+    def __init__(self, fail=(), stall=()):
+        self.fail, self.stall, self.calls, self.sources_found = set(fail), set(stall), [], {}
 
     def __call__(self, run, run_dir, timeout_s):
         self.calls.append((run.name, dict(run.overrides)))
@@ -56,7 +56,8 @@ class Trainer:
         torch.save({"state_dict": WEIGHTS, "optimizer_states": [{"exp_avg": torch.zeros(3)}],
                     "epoch": 2}, run_dir / "checkpoints" / "last.ckpt")
         torch.save(WEIGHTS, run_dir / "checkpoints" / "best_weights.pt")
-        (run_dir / "metrics.json").write_text(json.dumps({"status": "ok", "test/acc": 0.6}))
+        status = "stalled" if run.name in self.stall else "ok"
+        (run_dir / "metrics.json").write_text(json.dumps({"status": status, "test/acc": 0.6}))
         return Outcome(0, "")
 
 
@@ -96,9 +97,19 @@ def test_a_source_keeps_its_checkpoint_while_a_run_from_it_is_not_done(make_reci
     data, said = _run(make_recipe, out, Trainer())                      # tuned again: now done
     assert data["runs"]["tuned"]["status"] == "ok"
     assert not (out / "pre" / "checkpoints").exists()
-    assert "pre: checkpoint deleted (every run that starts from it is done)" in said
+    assert "pre: checkpoint deleted (every run that starts from it ended ok)" in said
     _run(make_recipe, out, Trainer(), force=True, keep_checkpoints=True)
     assert (out / "pre" / "checkpoints" / "last.ckpt").is_file()          # asked to keep
+
+
+def test_a_source_keeps_its_checkpoint_for_a_run_from_it_that_stalled(make_recipe, tmp_path):
+    """A stalled run is a result, and the one most likely to run again from the same weights."""
+    out = tmp_path / "out"
+    data, said = _run(make_recipe, out, Trainer(stall={"tuned"}))
+    assert data["runs"]["tuned"]["status"] == "stalled" and "deleted" not in said
+    assert (out / "pre" / "checkpoints" / "last.ckpt").is_file()
+    data, said = _run(make_recipe, out, Trainer(), force=True)
+    assert data["runs"]["tuned"]["status"] == "ok" and not (out / "pre" / "checkpoints").exists()
 
 
 def test_a_merge_releases_the_sources_it_completes(make_recipe, tmp_path, monkeypatch, capsys):
