@@ -16,7 +16,8 @@ subcommand takes --out DIR.
                        [--quick] [--ncu [EXE] (DRAM bytes per step, Nsight Compute)]
   fa-bench train-step  --out DIR [--models gpt2-small,gpt2-medium] [--impls standard,sdpa,flash]
                        [--compile 0,1] [--runners bare,trainer] [--batch 16] [--seqlen 1024]
-                       [--losses auto,fused,torch] [--steps 20] [--profile]
+                       [--losses auto,fused,torch] [--norms auto,fused,torch] [--steps 20]
+                       [--profile]
   fa-bench generate    --out DIR [--model gpt2-small | --checkpoint RUN_OR_HF_DIR]
                        [--impls flash,sdpa] [--prompt-len 128] [--new-tokens 256] [--no-hf]
                        [--no-graph]
@@ -184,6 +185,9 @@ def build_parser():
                    help="bare (the training loop alone), trainer (through Lightning)")
     p.add_argument("--losses", type=_words("--losses"), default=["auto"],
                    help="GPT loss_impl: auto (fused on CUDA), fused (cross-entropy kernel), torch")
+    p.add_argument("--norms", type=_words("--norms"), default=["auto"],
+                   help="GPT norm_impl: auto (the LayerNorm kernels on CUDA for narrow rows), "
+                        "fused (the kernels), torch")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seqlen", type=int, default=1024)
     p.add_argument("--vocab-size", type=int, default=50257)
@@ -279,7 +283,7 @@ def configure(args):
         common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
         config = mod.TrainStepBenchConfig(
             models=args.models, impls=args.impls, compile=args.compile, runners=args.runners,
-            losses=args.losses, batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size,
+            losses=args.losses, norms=args.norms, batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size,
             steps=args.steps, warmup_steps=args.warmup_steps, profile=args.profile,
             compile_mode=args.compile_mode, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports

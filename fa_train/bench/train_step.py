@@ -24,6 +24,7 @@ from fa_train.bench.common import (RunOptions, environment, free_memory, is_oom,
 from fa_train.bench.report import Table, write_reports
 from fa_train.metrics.flops import gpu_peak_flops, transformer_flops_per_token
 from fa_train.models.gpt import LOSS_IMPLS
+from fa_train.models.layer_norm import AUTO_WIDTH, IMPLS as NORM_IMPLS
 from fa_train.tasks.base import check_compile_mode
 
 MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large")
@@ -40,6 +41,7 @@ class TrainStepBenchConfig(RunOptions):
     compile: list = field(default_factory=lambda: [0, 1])
     runners: list = field(default_factory=lambda: ["bare"])
     losses: list = field(default_factory=lambda: ["auto"])  # GPT loss_impl: auto, fused, torch
+    norms: list = field(default_factory=lambda: ["auto"])   # GPT norm_impl: auto, fused, torch
     batch: int = 16
     seqlen: int = 1024
     vocab_size: int = 50257
@@ -55,6 +57,7 @@ class TrainStepBenchConfig(RunOptions):
         self.compile = [int(c) for c in _check_list("compile", self.compile, allowed=(0, 1))]
         self.runners = _check_list("runners", self.runners, allowed=RUNNERS)
         self.losses = _check_list("losses", self.losses, allowed=LOSS_IMPLS)
+        self.norms = _check_list("norms", self.norms, allowed=NORM_IMPLS)
         for name in ("batch", "seqlen", "vocab_size", "steps", "warmup_steps"):
             _check_list(name, [getattr(self, name)], positive=True)
         if self.dtype not in AUTOCAST:
@@ -65,11 +68,11 @@ class TrainStepBenchConfig(RunOptions):
         return self
 
 
-def _model(config, model_name, impl, loss, device):
+def _model(config, model_name, impl, loss, norm, device):
     from fa_train.models import GPT
     torch.manual_seed(config.seed)
     return GPT(preset=model_name, vocab_size=config.vocab_size, max_seq_len=config.seqlen,
-               dropout=0.0, attention={"impl": impl}, loss_impl=loss).to(device)
+               dropout=0.0, attention={"impl": impl}, loss_impl=loss, norm_impl=norm).to(device)
 
 
 def _batch(config):
@@ -157,16 +160,17 @@ def gpu_busy(step, *args, steps=3, top=20):
                    "calls_per_step": e.count / steps} for e in heaviest]
 
 
-def measure_case(config, model_name, impl, compiled, device, runner="bare", loss="auto"):
+def measure_case(config, model_name, impl, compiled, device, runner="bare", loss="auto",
+                 norm="auto"):
     """One row: tokens/s, step time, MFU and peak memory over `steps` timed optimizer steps."""
     row = {"bench": "train_step", "model": model_name, "impl": impl, "compile": compiled,
            "compile_mode": config.compile_mode if compiled else None, "runner": runner,
-           "loss": loss, "batch": config.batch, "seqlen": config.seqlen, "dtype": config.dtype,
+           "loss": loss, "norm": norm, "batch": config.batch, "seqlen": config.seqlen, "dtype": config.dtype,
            "steps": config.steps}
     torch._dynamo.reset()
     free_memory(device)
     try:
-        model = _model(config, model_name, impl, loss, device)
+        model = _model(config, model_name, impl, loss, norm, device)
         if runner == "bare":
             tps, first, last, step, x, y = _run_bare(config, model, bool(compiled), device)
         else:
@@ -194,18 +198,20 @@ def run_train_step_bench(config):
         config = TrainStepBenchConfig(**config)
     config.validate()
     device = resolve_device(config.device)
-    cases = [(m, i, c, r, loss) for m in config.models for c in config.compile
-             for r in config.runners for loss in config.losses for i in config.impls]
+    cases = [(m, i, c, r, loss, norm) for m in config.models for c in config.compile
+             for r in config.runners for loss in config.losses for norm in config.norms
+             for i in config.impls]
     rows = []
     with make_progress(config.progress, len(cases), "train-step") as bar:
-        for model_name, impl, compiled, runner, loss in cases:
-            bar.describe(f"{model_name} {impl} compile={compiled} {runner} loss={loss}")
-            rows.append(measure_case(config, model_name, impl, compiled, device, runner, loss))
+        for model_name, impl, compiled, runner, loss, norm in cases:
+            bar.describe(f"{model_name} {impl} compile={compiled} {runner} loss={loss} norm={norm}")
+            rows.append(measure_case(config, model_name, impl, compiled, device, runner, loss,
+                                     norm))
             bar.advance()
     return rows
 
 
-_CASE = ("model", "compile", "runner", "loss")
+_CASE = ("model", "compile", "runner", "loss", "norm")
 TRAIN_STEP_TABLES = (
     Table("Training throughput, tokens/s", _CASE, "impl", "tokens_per_s", ",.0f"),
     Table("MFU (6P + 12·L·H·Q·T FLOPs per token)", _CASE, "impl", "mfu", ".1%"),
@@ -221,7 +227,7 @@ def _kernel_notes(rows):
     for r in rows:
         if r.get("top_kernels"):
             notes += [f"**Top kernels, {r['model']} {r['impl']} compile={r['compile']} "
-                      f"loss={r.get('loss', 'auto')}** "
+                      f"loss={r.get('loss', 'auto')} norm={r.get('norm', 'auto')}** "
                       f"(ms per step, calls per step):", ""]
             notes += [f"- {k['ms_per_step']:.2f} ms, {k['calls_per_step']:.0f}× `{k['kernel']}`"
                       for k in r["top_kernels"]]
@@ -236,8 +242,9 @@ def write_train_step_reports(rows, out_dir, config, name="train_step"):
              f"(fused on CUDA), gradient clipping 1.0, dropout 0, random tokens; "
              f"{config.warmup_steps} warm-up steps (compilation) then {config.steps} timed steps; "
              f"torch.compile mode {config.compile_mode!r}. Loss auto: the fused cross-entropy "
-             "kernel on CUDA (torch: PyTorch's loss). Runner bare: the training loop alone; "
-             "trainer: the same model and batch through the Lightning trainer with the project's "
-             "callbacks.", ""]
+             "kernel on CUDA (torch: PyTorch's loss). Norm auto: the LayerNorm kernels on CUDA "
+             f"up to {AUTO_WIDTH} features (fused: always; torch: PyTorch's). Runner bare: the "
+             "training loop alone; trainer: the same model and batch through the Lightning "
+             "trainer with the project's callbacks.", ""]
     return write_reports(rows, out_dir, name, environment(torch.device(config.device)),
                          asdict(config), TRAIN_STEP_TABLES, (), notes + _kernel_notes(rows))

@@ -2,10 +2,10 @@
 
 LRAClassifier: token (vocab) or pixel (intensity/255 -> Linear) embedding, learned or sinusoidal
 positions, optional CLS token, pre-LN (default) encoder, CLS or mean pooling, head
-Linear(d, mlp) -> ReLU -> Linear(mlp, classes). As in the LRA code, tokens equal to the pad id
-(black pixels) can be masked as padding (``mask_pad_tokens``) and the token embedding drawn at
-another scale (``embed_init_std``). Two towers (Retrieval): one shared encoder embeds
-both documents, [e1, e2, e1*e2, e1-e2] -> MLP -> classes.
+Linear(d, mlp) -> ReLU (or tanh: ``head_activation``) -> Linear(mlp, classes). As in the LRA
+code, tokens equal to the pad id (black pixels) can be masked as padding (``mask_pad_tokens``)
+and the token embedding drawn at another scale (``embed_init_std``). Two towers (Retrieval): one
+shared encoder embeds both documents, [e1, e2, e1*e2, e1-e2] -> MLP -> classes.
 
 Learned position tables of image tasks are 2D grids (image_size x image_size, row-major) and can be
 interpolated to another resolution for Path-64 -> Path-X transfer (``resize_position_table``,
@@ -47,7 +47,8 @@ class ClassifierConfig:
     image_size: int | None = None    # side of the 2D grid for learned-table interpolation
     pool: str = "cls"                # "cls" | "mean"
     mlp_dim: int | None = None       # head hidden size (default d_model)
-    head: str = "mlp"                # "mlp" (Linear-ReLU-Linear) | "roberta" (dense-tanh-out)
+    head: str = "mlp"                # "mlp" (Linear-act-Linear) | "roberta" (dense-tanh-out)
+    head_activation: str = "relu"    # the mlp head's: "relu" | "tanh" (a unit never inactive for all)
     num_towers: int = 1              # 2 = two-tower retrieval head
     multi_label: bool = False        # only read by the task (BCE + micro-F1)
     pad_token_id: int = 0
@@ -57,6 +58,9 @@ class ClassifierConfig:
     emb_layer_norm: bool = False     # RoBERTa-style LayerNorm after the embeddings
     activation_checkpointing: bool = False
     attention: Any = field(default_factory=lambda: {"impl": "auto"})
+
+
+HEAD_ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
 
 def sinusoidal_table(n: int, d: int) -> torch.Tensor:
@@ -94,6 +98,7 @@ class SequenceClassifier(nn.Module):
         check_choice("model.pool", cfg.pool, ("cls", "mean"))
         check_choice("model.input_type", cfg.input_type, ("token", "pixel"))
         check_choice("model.pos_emb", cfg.pos_emb, ("learned", "sinusoidal", "none"))
+        check_choice("model.head_activation", cfg.head_activation, tuple(HEAD_ACTIVATIONS))
         check_model_shape(cfg.n_layer, cfg.n_head, cfg.d_model, d_ff=cfg.d_ff,
                           max_seq_len=cfg.max_seq_len, num_classes=cfg.num_classes)
         if cfg.input_type == "token":
@@ -134,8 +139,8 @@ class SequenceClassifier(nn.Module):
             self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(feat, hidden), nn.Tanh(),
                                       nn.Dropout(cfg.dropout), nn.Linear(hidden, cfg.num_classes))
         else:
-            self.head = nn.Sequential(nn.Linear(feat, hidden), nn.ReLU(),
-                                      nn.Linear(hidden, cfg.num_classes))
+            act = HEAD_ACTIVATIONS[cfg.head_activation]
+            self.head = nn.Sequential(nn.Linear(feat, hidden), act(), nn.Linear(hidden, cfg.num_classes))
         self.apply(init_bert_weights)
         if cfg.embed_init_std is not None:
             if cfg.embed_init_std <= 0:

@@ -194,10 +194,10 @@ class Ours:
         return x, ""
 
     def curve(self, run: str, key: str, x_key: str = "step") -> dict[float, float]:
-        """{x: value} of column `key` of the run's metrics.csv (up to the pause for a paused run;
-        empty for the others that are not ok)."""
+        """{x: value} of column `key` of the run's metrics.csv (up to where it stopped for a run
+        paused, stalled or diverged; empty for the others that are not ok)."""
         entry = self.runs.get(run) or {}
-        if entry.get("status") not in ("ok", "paused"):
+        if entry.get("status") not in ("ok", "paused", *STOPPED_EARLY):
             return {}
         xs, ys = read_loss_csv(self.out_dir / entry.get("run_dir", run) / "metrics.csv", [key], x_key)
         return dict(zip(xs, ys))
@@ -283,11 +283,12 @@ def cell_runs(cell: dict[str, Any]) -> list[str]:
 def cell_value(ours: Ours, cell: dict[str, Any], metric: str) -> tuple[float | None, str]:
     """(value, text) of a table cell: its run's metric (text: why it is missing), or for a list
     of runs (seeds) the mean of those that have the value, with text "k of n seeds" while
-    some have none (without any: the first run's text)."""
+    some have none (without any: each run's text, once where they agree)."""
     found = [ours.cell(run, metric, cell.get("where")) for run in cell_runs(cell)]
     have = [v for v, _ in found if v is not None]
     if not have:
-        return found[0]
+        texts = [text for _, text in found]
+        return None, texts[0] if len(set(texts)) == 1 else " / ".join(texts)
     return sum(have) / len(have), ("" if len(have) == len(found)
                                     else f"{len(have)} of {len(found)} seeds")
 

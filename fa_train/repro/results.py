@@ -673,31 +673,35 @@ def _train_against_validation(ours, run: str) -> str:
 
 
 def path64_long() -> list[str]:
-    """table6_pathx's block-sparse Path-64 runs on the longer schedule (images as drawn, then two
-    seeds under the square's symmetries), read by the rule their recipe fixed before they ran:
-    Path-64 learns when validation accuracy reaches 65%."""
+    """table6_pathx's block-sparse Path-64 runs on the longer schedule (images as drawn; then two
+    seeds under the square's symmetries; then those with a tanh head), read by the rule their
+    recipe fixed before they ran: Path-64 learns when validation accuracy reaches 65%."""
     from fa_train.repro.report import fmt_cell
     found = _gpu_table("table6_pathx")
-    runs = ("path64-blocksparse-long", "path64-blocksparse-aug", "path64-blocksparse-aug-s1")
+    runs = ("path64-blocksparse-long", "path64-blocksparse-aug", "path64-blocksparse-aug-s1",
+            "path64-blocksparse-tanh", "path64-blocksparse-tanh-s1")
     if found is None or all(found[1].status(run) == "not run" for run in runs):
         return []
     ours = found[1]
+    stopped = {"ok": "", "paused": "paused, ", "diverged": "diverged, ",
+               "stalled": "stalled, no gradient below the classifier head, "}
     parts = []
     for run in runs:
         status, reached = ours.status(run), ours.metric(run, "to65_steps")
-        if status not in ("ok", "paused"):
+        if status not in stopped:
             parts.append(f"{run} {status}")
             continue
         test = f"test {fmt_cell(*ours.cell(run, 'acc'), '.1f')}%, " if status == "ok" else ""
         steps = fmt_cell(*ours.cell(run, "steps"), ",.0f")
-        parts.append(f"{run} ({'' if status == 'ok' else 'paused, '}{steps} steps): {test}best "
+        parts.append(f"{run} ({stopped[status]}{steps} steps): {test}best "
                      f"validation {fmt_cell(*ours.cell(run, 'best_val'), '.1f')}%, "
                      + ("65% not reached" if reached is None else f"65% reached at step {reached:,.0f}")
                      + _train_against_validation(ours, run))
     return ["", "Block-sparse Path-64 on the longer schedule (recipe table6_pathx, scale gpu: 62,500 "
             "steps of 256 at lr 1e-4 after self-pretraining; -long on the images as drawn, seed "
             "1234; -aug and -aug-s1, seeds 1234 and 1, each training sample under one of the "
-            "square's 8 symmetries drawn anew every epoch (data.augment=dihedral); the rule fixed "
+            "square's 8 symmetries drawn anew every epoch (data.augment=dihedral); -tanh and "
+            "-tanh-s1, the same with a tanh head (model.head_activation=tanh); the rule fixed "
             "before they ran: Path-64 learns when validation accuracy reaches 65%): "
             + "; ".join(parts) + "."]
 

@@ -31,8 +31,9 @@ an H100) counts 50 ms a timing and 1.5 s a compilation. --top-tiles, the tile li
 shrink it.
 Writes OUT_DIR/tune_decode.json (rows + the environment) after every shape.
 
-Not yet run (written 2026-11-25, before any GPU time); its outcome belongs in kernels/NOTES.md's
-Decode section, the data under reports/bench/decode_tune/.
+Run 2026-12-02 on one NVIDIA H200 (torch 2.11, triton 3.6; reports/bench/decode_tune/): the
+default launch was within 10% of the best configuration at every shape, the gains did not agree
+between shapes, and the defaults stayed (kernels/NOTES.md, Decode).
 """
 import argparse
 import json

@@ -10,6 +10,7 @@ never saw), with the run's block-sparse layout computed densely in float32 on th
 - for the self-pretrained weights: masked-pixel accuracy on black and on non-black pixels.
 Writes OUT/probe.json and prints a table. Usage, from the repository root:
     python research/path64_plateau/probe_checkpoints.py reports/bench/path64_plateau --images 256
+        [--tuned path64-blocksparse] [--spt path64-blocksparse-spt]
 
 Run 2026-11-29 on the CPU (torch 2.13, about 10 minutes) over the checkpoints of
 reports/table6_pathx/gpu/path64-blocksparse{,-spt} (NVIDIA H200, 2026-11-29, lr 1e-3, paused at
@@ -19,6 +20,13 @@ fine-tuned checkpoints (best validation and last) no unit fires on any image: th
 same for every image (spread 0) and the gradient below the head is exactly 0. The head died in the
 first epoch, which no later step can undo. Masked pixels: 90.2% right, 74.2% of them black (98.1%
 right on black, 67.5% on the others): the pretraining learned more than the background.
+
+Run 2026-12-02 on the CPU over path64-blocksparse-aug (lr 1e-4, training images under the square's
+symmetries, stalled at step 7,550; `reports/bench/path64_plateau/aug/`): its best-validation
+weights (step 624) still had 26 of 32 head units firing and features that vary from image to
+image (spread 1.71); at the stall no unit fires, and the pooled feature has collapsed to nearly
+the same vector for every image (spread 0.067, from 2.79 at its start; linear probe 48%): the
+encoder stopped telling images apart before the head died.
 """
 from __future__ import annotations
 
@@ -149,19 +157,21 @@ def main():
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--image-seed", type=int, default=7, help="generator stream (the runs used 0)")
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--tuned", default="path64-blocksparse", help="the fine-tuned run (under RUNS)")
+    ap.add_argument("--spt", default="path64-blocksparse-spt", help="the run it started from")
     args = ap.parse_args()
     torch.set_num_threads(max(torch.get_num_threads(), 1))
     t0 = time.time()
     x, y = images(args.images, args.image_seed)
     print(f"{len(x)} images ({y.float().mean():.2f} positive) in {time.time() - t0:.0f} s")
-    spt, tuned = RUNS / "path64-blocksparse-spt", RUNS / "path64-blocksparse"
+    spt, tuned = RUNS / args.spt, RUNS / args.tuned
     states = {"random init": None,
               "self-pretrained (fine-tuning's start)": spt / "checkpoints" / "last.ckpt",
               "fine-tuned, best validation": tuned / "checkpoints" / "best_weights.pt",
               "fine-tuned, last": tuned / "checkpoints" / "last.ckpt"}
     result = {"images": len(x), "image_seed": args.image_seed, "states": {}}
     for label, path in states.items():
-        model = build_model("path64-blocksparse", seed=0)
+        model = build_model(args.tuned, seed=0)
         if path is not None:
             load_init_weights(model, path)
         feats, pre, logits = head_parts(model, x, args.batch)
@@ -175,7 +185,7 @@ def main():
                "linear_probe_accuracy": linear_probe(feats, y),
                "grad_norms": grad_norms(model.train(), x[:64], y[:64], args.batch)}
         if path is not None and "self-pretrained" in label:
-            spt_model = build_model("path64-blocksparse-spt", seed=0)
+            spt_model = build_model(args.spt, seed=0)
             load_init_weights(spt_model, path)
             row["masked_pixels"] = masked_pixel_accuracy(spt_model, x[:64], args.batch)
         result["states"][label] = row

@@ -47,6 +47,18 @@ def test_trainer_runner_trains_the_same_model_through_lightning(tiny_preset):
     assert trainer["loss_last"] < trainer["loss_first"]
 
 
+def test_norms_swap_the_layer_norm_kernels_and_keep_the_losses(tiny_preset, tmp_path):
+    assert main(["train-step", "--out", str(tmp_path), "--device", "cpu", "--batch", "2",
+                 "--seqlen", "16", "--vocab-size", "50", "--steps", "2", "--warmup-steps", "1",
+                 "--impls", "sdpa", "--compile", "0", "--dtype", "fp32", "--norms", "torch,fused",
+                 "--no-progress"]) == 0
+    torch_row, fused_row = json.loads((tmp_path / "train_step.json").read_text())["rows"]
+    assert (torch_row["norm"], fused_row["norm"]) == ("torch", "fused")
+    assert fused_row["status"] == "ok"
+    assert fused_row["loss_last"] == pytest.approx(torch_row["loss_last"], rel=1e-4)
+    assert "| gpt2-small | 0 | bare | auto | fused |" in (tmp_path / "train_step.md").read_text()
+
+
 def test_train_step_oom_is_a_row(tiny_preset, monkeypatch):
     def out_of_memory(*args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
@@ -59,7 +71,7 @@ def test_train_step_oom_is_a_row(tiny_preset, monkeypatch):
 
 @pytest.mark.parametrize("field,value,match", [
     ("models", ["gpt5"], "models"), ("impls", ["magic"], "impls"), ("compile", [2], "compile"),
-    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling"), ("runners", ["hf"], "runners"),
+    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling"), ("runners", ["hf"], "runners"), ("norms", ["apex"], "norms"),
     ("compile_mode", "fastest", "compile_mode")])
 def test_train_step_config_errors_name_the_argument(field, value, match):
     with pytest.raises(ValueError, match=match):

@@ -215,6 +215,26 @@ def test_lra_embedding_init_scale():
         _lra(embed_init_std=0.0)
 
 
+def test_a_tanh_head_keeps_a_gradient_where_a_relu_head_has_died():
+    """The head's activation (model.head_activation): the same weights and names either way, so
+    a ReLU run's checkpoint loads; with every first-layer unit pushed below zero for every input,
+    no gradient passes a ReLU head, while a tanh head still passes one to the encoder."""
+    relu, tanh = _lra(), _lra(head_activation="tanh")
+    assert isinstance(tanh.head[1], torch.nn.Tanh) and isinstance(relu.head[1], torch.nn.ReLU)
+    tanh.load_state_dict(relu.state_dict())
+    ids = torch.randint(1, 20, (4, 64))
+    for m in (relu, tanh):
+        with torch.no_grad():
+            m.head[0].bias.fill_(-3.0)               # every unit below zero for every input
+        m.zero_grad()
+        m(ids).logsumexp(-1).sum().backward()
+    assert relu.embed.weight.grad.abs().max() == 0
+    assert tanh.embed.weight.grad.abs().max() > 0
+    with pytest.raises(UserError, match=r"model.head_activation='gelu' is invalid: expected one "
+                                        r"of relu, tanh"):
+        _lra(head_activation="gelu")
+
+
 def test_position_table_interpolation_for_path_transfer():
     src = _lra(max_seq_len=16, image_size=4)
     dst = _lra(max_seq_len=64, image_size=8)

@@ -170,6 +170,11 @@ def test_a_cell_of_several_runs_is_the_mean_of_those_done(mini_recipe, tmp_path)
     write_results(out, runs)
     text = render_report(mini_recipe, "gpu", out).read_text()
     assert "| Flash | ours (gpu) | paused | n/a | paused |" in text
+    runs["fast"].update(status="stalled")                  # no value: each seed says why
+    runs["fast"]["metrics"].update(status="stalled", stalled_at_step=50)
+    write_results(out, runs)
+    text = render_report(mini_recipe, "gpu", out).read_text()
+    assert "| Flash | ours (gpu) | paused / stalled at step 50 |" in text
 
 
 def test_speedups_only_within_one_gpu_model_and_rows_name_their_gpu(mini_recipe, tmp_path):

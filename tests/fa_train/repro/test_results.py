@@ -460,5 +460,11 @@ def test_path64_long_sentence_reads_each_seed(tmp_path, monkeypatch):
     line = results.path64_long()[1]
     assert ("path64-blocksparse-long not run; path64-blocksparse-aug (62,500 steps): test 71.2%, best "
             "validation 72.0%, 65% reached at step 1,249; path64-blocksparse-aug-s1 (paused, 20,000 "
+            "steps): best validation 52.0%") in line
+    data["runs"]["path64-blocksparse-aug-s1"]["status"] = "stalled"
+    path.write_text(json.dumps(data))
+    line = results.path64_long()[1]
+    assert ("path64-blocksparse-aug-s1 (stalled, no gradient below the classifier head, 20,000 "
             "steps): best validation 52.0%, 65% not reached; training accuracy 61.0% over steps 625-1,249 against validation "
-            "52.0% at step 1,249, validation loss 0.693 at step 624 and 0.720 at step 1,249.") in line
+            "52.0% at step 1,249, validation loss 0.693 at step 624 and 0.720 at step 1,249; "
+            "path64-blocksparse-tanh not run; path64-blocksparse-tanh-s1 not run.") in line
