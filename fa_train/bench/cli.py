@@ -283,8 +283,8 @@ def configure(args):
         common.pop("warmup_ms"), common.pop("rep_ms"), common.pop("check")
         config = mod.TrainStepBenchConfig(
             models=args.models, impls=args.impls, compile=args.compile, runners=args.runners,
-            losses=args.losses, norms=args.norms, batch=args.batch, seqlen=args.seqlen, vocab_size=args.vocab_size,
-            steps=args.steps, warmup_steps=args.warmup_steps, profile=args.profile,
+            losses=args.losses, norms=args.norms, batch=args.batch, seqlen=args.seqlen,
+            vocab_size=args.vocab_size, steps=args.steps, warmup_steps=args.warmup_steps, profile=args.profile,
             compile_mode=args.compile_mode, **common)
         return config.validate(), mod.run_train_step_bench, mod.write_train_step_reports
     if args.command == "generate":

@@ -165,8 +165,8 @@ def measure_case(config, model_name, impl, compiled, device, runner="bare", loss
     """One row: tokens/s, step time, MFU and peak memory over `steps` timed optimizer steps."""
     row = {"bench": "train_step", "model": model_name, "impl": impl, "compile": compiled,
            "compile_mode": config.compile_mode if compiled else None, "runner": runner,
-           "loss": loss, "norm": norm, "batch": config.batch, "seqlen": config.seqlen, "dtype": config.dtype,
-           "steps": config.steps}
+           "loss": loss, "norm": norm, "batch": config.batch, "seqlen": config.seqlen,
+           "dtype": config.dtype, "steps": config.steps}
     torch._dynamo.reset()
     free_memory(device)
     try:

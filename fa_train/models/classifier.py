@@ -48,7 +48,7 @@ class ClassifierConfig:
     pool: str = "cls"                # "cls" | "mean"
     mlp_dim: int | None = None       # head hidden size (default d_model)
     head: str = "mlp"                # "mlp" (Linear-act-Linear) | "roberta" (dense-tanh-out)
-    head_activation: str = "relu"    # the mlp head's: "relu" | "tanh" (a unit never inactive for all)
+    head_activation: str = "relu"    # the mlp head's: "relu" | "tanh" (never inactive for all)
     num_towers: int = 1              # 2 = two-tower retrieval head
     multi_label: bool = False        # only read by the task (BCE + micro-F1)
     pad_token_id: int = 0
@@ -140,7 +140,8 @@ class SequenceClassifier(nn.Module):
                                       nn.Dropout(cfg.dropout), nn.Linear(hidden, cfg.num_classes))
         else:
             act = HEAD_ACTIVATIONS[cfg.head_activation]
-            self.head = nn.Sequential(nn.Linear(feat, hidden), act(), nn.Linear(hidden, cfg.num_classes))
+            self.head = nn.Sequential(nn.Linear(feat, hidden), act(),
+                                      nn.Linear(hidden, cfg.num_classes))
         self.apply(init_bert_weights)
         if cfg.embed_init_std is not None:
             if cfg.embed_init_std <= 0:

@@ -71,8 +71,8 @@ def test_train_step_oom_is_a_row(tiny_preset, monkeypatch):
 
 @pytest.mark.parametrize("field,value,match", [
     ("models", ["gpt5"], "models"), ("impls", ["magic"], "impls"), ("compile", [2], "compile"),
-    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling"), ("runners", ["hf"], "runners"), ("norms", ["apex"], "norms"),
-    ("compile_mode", "fastest", "compile_mode")])
+    ("steps", 0, "steps"), ("dtype", "fp16", "loss scaling"), ("runners", ["hf"], "runners"),
+    ("norms", ["apex"], "norms"), ("compile_mode", "fastest", "compile_mode")])
 def test_train_step_config_errors_name_the_argument(field, value, match):
     with pytest.raises(ValueError, match=match):
         TrainStepBenchConfig(device="cpu", **{field: value}).validate()
