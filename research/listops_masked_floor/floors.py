@@ -36,22 +36,18 @@ MASK_PROB = 0.15
 DIGITS = [listops.TOKEN_TO_ID[str(d)] for d in range(10)]
 OPS = [listops.TOKEN_TO_ID[op] for op in listops.OPERATORS]
 END = listops.TOKEN_TO_ID[listops.END]
-TYPE_NAMES = ("digit", "operator", "]")
 MASKED, EDGE = 3, 4  # context-only types: a masked neighbour, beyond the sequence's ends
+TYPES = np.full(listops.VOCAB_SIZE, EDGE, dtype=np.int64)   # token id -> 0 digit, 1 operator, 2 ']'
+TYPES[DIGITS], TYPES[OPS], TYPES[END] = 0, 1, 2
+WITHIN = np.array([1 / len(DIGITS), 1 / len(OPS), 1.0])   # chance of the identity, type known
 RUNS = Path("reports/listops_plateau/gpu")
 
 
-def type_of() -> np.ndarray:
-    table = np.full(listops.VOCAB_SIZE, EDGE, dtype=np.int64)
-    table[DIGITS], table[OPS], table[END] = 0, 1, 2
-    return table
-
-
-def masked_samples(seqs, k: int, rng: np.random.Generator, types: np.ndarray):
+def masked_samples(seqs, k: int, rng: np.random.Generator):
     """(context of the k types each side, the masked token's type) for every masked token."""
     out = []
     for s in seqs:
-        t = types[s]
+        t = TYPES[s]
         masked = rng.random(len(s)) < MASK_PROB
         seen = np.where(masked, MASKED, t)
         padded = np.concatenate([np.full(k, EDGE), seen, np.full(k, EDGE)])
@@ -60,7 +56,7 @@ def masked_samples(seqs, k: int, rng: np.random.Generator, types: np.ndarray):
     return out
 
 
-def type_floor(train, test, within: np.ndarray) -> tuple[float, float]:
+def type_floor(train, test) -> tuple[float, float]:
     """Held-out type entropy given the context (add-0.1 counts) and the best token accuracy of
     answering each context's best bet (a ']' is always right, a digit 1 in 10, an operator 1 in 4)."""
     counts: dict = collections.defaultdict(lambda: np.full(3, 0.1))
@@ -70,8 +66,8 @@ def type_floor(train, test, within: np.ndarray) -> tuple[float, float]:
     for ctx, y in test:
         p = counts[ctx] / counts[ctx].sum()
         loss -= math.log(p[y])
-        bet = int(np.argmax(p * within))
-        acc += within[bet] if bet == y else 0.0
+        bet = int(np.argmax(p * WITHIN))
+        acc += WITHIN[bet] if bet == y else 0.0
     return loss / len(test), acc / len(test)
 
 
@@ -86,17 +82,16 @@ def main() -> None:
     counts = np.bincount(np.concatenate(seqs), minlength=listops.VOCAB_SIZE)
     share = counts / counts.sum()
     nz = share[share > 0]
-    p_digit, p_op, p_end = share[DIGITS].sum(), share[OPS].sum(), share[END]
-    identity = p_digit * math.log(10) + p_op * math.log(4)   # nats no context can remove
-    within = np.array([0.1, 0.25, 1.0])
-    types = type_of()
+    by_type = np.bincount(TYPES, weights=share, minlength=EDGE)[:3]
+    p_digit, p_op, p_end = by_type
+    identity = -(by_type * np.log(WITHIN)).sum()   # nats no context can remove
     split = int(0.8 * len(seqs))
     rng = np.random.default_rng(args.seed)
     by_k = []
     for k in range(4):
-        train = masked_samples(seqs[:split], k, rng, types)
-        test = masked_samples(seqs[split:], k, rng, types)
-        h_type, acc = type_floor(train, test, within)
+        train = masked_samples(seqs[:split], k, rng)
+        test = masked_samples(seqs[split:], k, rng)
+        h_type, acc = type_floor(train, test)
         by_k.append({"k": k, "type_loss": h_type, "token_loss_floor": h_type + identity,
                      "best_token_acc": acc, "masked_tokens_scored": len(test)})
     runs = {}
@@ -110,7 +105,7 @@ def main() -> None:
         "share": {"digit": float(p_digit), "operator": float(p_op), "]": float(p_end)},
         "unigram_loss": float(-(nz * np.log(nz)).sum()), "majority_share": float(share.max()),
         "identity_floor": float(identity),
-        "best_acc_known_type": float(p_end + p_digit / 10 + p_op / 4),
+        "best_acc_known_type": float(by_type @ WITHIN),
         "by_neighbours": by_k, "runs": runs,
     }
     args.out.mkdir(parents=True, exist_ok=True)
