@@ -13,7 +13,7 @@ def checkpoint_file(path: str | Path, arg: str) -> Path:
     if p.is_dir():
         p = p / "checkpoints" / "last.ckpt"
     if not p.is_file():
-        raise FileNotFoundError(f"{arg} checkpoint not found: {p}")
+        raise FileNotFoundError(f"{arg}: no checkpoint at {p}")
     return p
 
 

@@ -117,7 +117,7 @@ def test_checkpoint_of_another_model_is_refused(run, capsys, tmp_path):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("fa-generate: error: "), err
         assert ("holds a fa_train.models.BertForPreTraining model; fa-generate needs a GPT"
-                in err) or "checkpoint not found" in err
+                in err) or "checkpoint: no checkpoint at" in err
 
 
 def test_checkpoint_whose_weights_do_not_fit_its_config_is_refused(run, capsys, tmp_path):
