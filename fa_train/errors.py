@@ -90,15 +90,26 @@ def check_loader_config(batch_size: int, eval_batch_size: int | None, num_worker
 
 
 def check_run_config(cfg) -> None:
-    """The run-level keys that no constructor sees: trainer step/epoch counts, global batch size,
-    pause_after, pause_at, and the optional packages the chosen loggers need."""
+    """The run-level keys that no constructor sees: trainer step/epoch counts, validation interval
+    and gradient clipping, global batch size, seed, threads, pause_after, pause_at, and the
+    optional packages the chosen loggers need."""
     trainer = cfg.get("trainer") or {}
     for key in ("max_steps", "max_epochs"):
         value = trainer.get(key)
         if value is not None and value != -1:
             check_int(f"trainer.{key}", value, low=1)
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, int) and not isinstance(interval, bool):
+        check_int("trainer.val_check_interval", interval)  # Lightning takes 0 and divides by it
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None:  # a negative norm would flip the gradients
+        check_float("trainer.gradient_clip_val", clip, 0.0)
     if cfg.get("global_batch_size") is not None:
         check_int("global_batch_size", cfg.global_batch_size)
+    if "seed" in cfg:
+        check_int("seed", cfg.seed, low=0, high=2**32 - 1)
+    if cfg.get("threads") is not None:
+        check_int("threads", cfg.threads)
     for key, what in (("pause_after", "a positive number of minutes"),
                       ("pause_at", "a Unix time in seconds")):
         value = cfg.get(key)

@@ -171,12 +171,13 @@ def build_trainer(cfg, out_dir: Path, extra_callbacks=()):
 
 def set_accumulation(trainer, micro_batch: int, global_batch_size) -> int:
     """accumulate_grad_batches from global_batch_size (null: 1); must divide evenly."""
+    from fa_train.errors import UserError
     devices = trainer.num_devices * trainer.num_nodes
     accum = 1
     if global_batch_size:
         if global_batch_size % (micro_batch * devices):
-            raise ValueError(f"global_batch_size {global_batch_size} is not divisible by "
-                             f"data.batch_size ({micro_batch}) x devices ({devices})")
+            raise UserError(f"global_batch_size={global_batch_size} is invalid: expected a multiple "
+                            f"of data.batch_size ({micro_batch}) x devices ({devices})")
         accum = global_batch_size // (micro_batch * devices)
     trainer.accumulate_grad_batches = accum
     return accum

@@ -59,9 +59,13 @@ def check_qkvpacked(qkv, ndim):
 
 
 def check_dropout(dropout_p):
-    """A clear error for a dropout probability outside [0, 1)."""
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    """A clear error for a dropout probability outside [0, 1) (or not a number)."""
+    try:
+        ok = 0.0 <= dropout_p < 1.0
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
 
 
 def check_window(window_size, causal):
@@ -77,14 +81,25 @@ def check_window(window_size, causal):
 
 
 def resolve_scale(softmax_scale, head_dim):
-    """The softmax scale: 1 / sqrt(head_dim) unless given."""
-    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    """The softmax scale: 1 / sqrt(head_dim) unless given; a given one must be a finite number."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    try:
+        scale = float(softmax_scale)
+    except (TypeError, ValueError):
+        scale = math.nan
+    if not math.isfinite(scale):
+        raise ValueError(f"softmax_scale must be a finite number, got {softmax_scale!r}")
+    return scale
 
 
 def check_key_padding_mask(key_padding_mask, q, k):
     """Validate a (batch, seqlen_k) bool mask; return it as uint8 for the kernels (or None)."""
     if key_padding_mask is None:
         return None
+    if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.is_floating_point():
+        got = getattr(key_padding_mask, "dtype", type(key_padding_mask).__name__)
+        raise TypeError(f"key_padding_mask must be a bool tensor (True = keep), got {got}")
     expected = (q.shape[0], k.shape[1])
     if tuple(key_padding_mask.shape) != expected:
         raise ValueError(f"key_padding_mask must have shape (batch, seqlen_k) = {expected}, "

@@ -25,6 +25,7 @@ CPU = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.precision=32-tru
        "callbacks.progress=null"]
 TINY = ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.n_head=2",
         "data.seq_len=16", "data.batch_size=2"]
+FAKE_DATA = ["data._target_=fa_train.data.fake.FakeLMDataModule"]  # for checks after data setup
 
 # (case id, overrides, expected error line after "fa-train: error: ")
 CONFIG_CASES = [
@@ -56,6 +57,39 @@ CONFIG_CASES = [
      "global_batch_size=0 is invalid: expected an integer >= 1"),
     ("n_layer-not-a-number", ["model.n_layer=abc"],
      "model.n_layer='abc' is invalid: expected an integer >= 1"),
+    ("betas-not-a-pair", ["task.optimizer.betas=0.9"],
+     "task.optimizer.betas=0.9 is invalid: expected a pair [beta1, beta2] of numbers in [0, 1)"),
+    ("betas-three", ["task.optimizer.betas=[0.9,0.95,0.99]"],
+     "task.optimizer.betas=[0.9, 0.95, 0.99] is invalid: expected a pair [beta1, beta2] of "
+     "numbers in [0, 1)"),
+    ("total_steps-negative", ["task.scheduler.total_steps=-5"],
+     "task.scheduler.total_steps=-5 is invalid: expected an integer >= 1"),
+    ("compile_mode-unknown", ["task.compile_mode=fast"],
+     "task.compile_mode='fast' is invalid: expected one of default, reduce-overhead, "
+     "max-autotune, max-autotune-no-cudagraphs"),
+    ("seed-negative", ["seed=-1"], "seed=-1 is invalid: expected an integer in [0, 4294967295]"),
+    ("threads-not-a-number", ["threads=abc"], "threads='abc' is invalid: expected an integer >= 1"),
+    ("val_check_interval-zero", ["trainer.val_check_interval=0"],
+     "trainer.val_check_interval=0 is invalid: expected an integer >= 1"),
+    ("gradient_clip_val-negative", ["trainer.gradient_clip_val=-1.0"],
+     "trainer.gradient_clip_val=-1.0 is invalid: expected a number in [0, inf]"),
+    ("tokenizer-unknown", ["data.tokenizer=sentencepiece"],
+     "data.tokenizer='sentencepiece' is invalid: expected one of bpe, gpt2, file, wordpiece"),
+    ("vocab_size-below-bpe", ["data.vocab_size=100"],
+     "data.vocab_size=100 is invalid: expected an integer >= 258"),
+    ("train_samples_per_epoch-negative", ["data.train_samples_per_epoch=-5"],
+     "data.train_samples_per_epoch=-5 is invalid: expected an integer >= 1"),
+    ("val_fraction-above-one", ["data=lm_files", "data.data_files=absent.jsonl",
+                                "data.val_fraction=1.5"],
+     "data.val_fraction=1.5 is invalid: expected a number in [0, 1)"),
+    ("mlm_probability-negative", ["data=mlm_default", "data.mlm_probability=-0.1"],
+     "data.mlm_probability=-0.1 is invalid: expected a number in (0, 1]"),
+    ("max_seq_len-below-seq_len", [*FAKE_DATA, "model.max_seq_len=8"],
+     "model.max_seq_len=8 is invalid: expected an integer >= 16"),
+    ("global_batch_size-not-multiple", [*FAKE_DATA, "global_batch_size=3"],
+     "global_batch_size=3 is invalid: expected a multiple of data.batch_size (2) x devices (1)"),
+    ("checkpoint-every-negative", [*FAKE_DATA, "callbacks.checkpoint.every_n_train_steps=-3"],
+     "callbacks.checkpoint.every_n_train_steps=-3 is invalid: expected an integer >= 0"),
     ("unknown-key", ["model.n_layr=3"],
      "Could not override 'model.n_layr'. To append to your config use +model.n_layr=3 "
      "Key 'n_layr' is not in struct full_key: model.n_layr object_type=dict"),
@@ -191,6 +225,8 @@ FA_DATA_CASES = [
      "--n-train=0 is invalid: expected an integer >= 1"),
     ("listops-workers-zero", ["listops", "--workers", "0"],
      "--workers=0 is invalid: expected an integer >= 1"),
+    ("listops-seed-negative", ["listops", "--seed", "-1"],
+     "--seed=-1 is invalid: expected an integer >= 0"),
 ]
 
 
@@ -238,6 +274,14 @@ KERNEL_CASES = [
      TypeError, "cu_seqlens_q must be int32, got torch.int64"),
     ("dropout-mask-p", lambda k: k.dropout_mask(1, 1, 8, 8, -0.1, seed=0, device="cpu"),
      ValueError, "dropout_p must be in [0, 1), got -0.1"),
+    ("dropout-string", lambda k: k.flash_attn_func(*[_qkv(1, 8, 2, 16)] * 3, dropout_p="0.1"),
+     ValueError, "dropout_p must be in [0, 1), got '0.1'"),
+    ("softmax_scale-nan", lambda k: k.flash_attn_func(*[_qkv(1, 8, 2, 16)] * 3,
+                                                      softmax_scale=float("nan")),
+     ValueError, "softmax_scale must be a finite number, got nan"),
+    ("padding-mask-float", lambda k: k.flash_attn_func(*[_qkv(1, 8, 2, 16)] * 3,
+                                                       key_padding_mask=torch.zeros(1, 8)),
+     TypeError, "key_padding_mask must be a bool tensor (True = keep), got torch.float32"),
 ]
 
 

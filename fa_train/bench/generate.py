@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -64,6 +65,10 @@ class GenerateBenchConfig(RunOptions):
             _check_list(name, [getattr(self, name)], positive=True)
         parse_dtype(self.dtype)
         resolve_device(self.device)
+        for name in ("checkpoint", "draft"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).exists():
+                raise ValueError(f"{name} {path}: not found")
         return self
 
 

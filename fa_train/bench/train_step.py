@@ -63,7 +63,7 @@ class TrainStepBenchConfig(RunOptions):
         if self.dtype not in AUTOCAST:
             raise ValueError(f"dtype must be one of {sorted(AUTOCAST)} (fp16 needs loss scaling: "
                              f"use fa-train), got {self.dtype!r}")
-        check_compile_mode(self.compile_mode)
+        check_compile_mode(self.compile_mode, "compile_mode")
         resolve_device(self.device)
         return self
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import lightning as L
 
 from fa_train.callbacks.divergence import parameters_finite
+from fa_train.errors import check_int
 from fa_train.utils.checkpoints import commit, partial_path
 
 
@@ -23,8 +24,8 @@ class LastCheckpoint(L.Callback):
     def __init__(self, dirpath: str, every_n_train_steps: int | None = 500,
                  filename: str = "last.ckpt"):
         super().__init__()
-        if every_n_train_steps is not None and int(every_n_train_steps) < 0:
-            raise ValueError(f"every_n_train_steps must be >= 0 or null, got {every_n_train_steps}")
+        if every_n_train_steps is not None:
+            check_int("callbacks.checkpoint.every_n_train_steps", every_n_train_steps, low=0)
         self.path = Path(dirpath) / filename
         self.every = int(every_n_train_steps or 0)
         self.saved_step: int | None = None

@@ -49,7 +49,7 @@ masked-LM data (data=mlm_large) is prepared there too.
 
 # the smallest valid value of each integer option, in whichever subcommand has it
 INT_OPTION_MINIMUMS = {"n": 1, "n_train": 1, "n_val": 1, "n_test": 1, "workers": 1, "num_proc": 1,
-                       "seq_len": 1, "vocab_size": 1, "montage_n": 1, "num_distractors": 0}
+                       "seq_len": 1, "vocab_size": 1, "montage_n": 1, "num_distractors": 0, "seed": 0}
 
 
 def _stages():

@@ -45,9 +45,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from fa_train.data.spec import DataSpec
-from fa_train.data.tokenizer import EOT, build_tokenizer
+from fa_train.data.tokenizer import EOT, KINDS as TOKENIZER_KINDS, MIN_BPE_VOCAB, build_tokenizer
 from fa_train.utils.resumable import EpochSampler, train_loader  # noqa: F401 - EpochSampler re-exported
-from fa_train.errors import UserError, check_int, check_loader_config
+from fa_train.errors import UserError, check_choice, check_float, check_int, check_loader_config
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
@@ -294,6 +294,11 @@ class TextDataModule(L.LightningDataModule):
         super().__init__()
         check_loader_config(batch_size, eval_batch_size, num_workers)
         check_int("data.seq_len", seq_len)
+        check_choice("data.tokenizer", tokenizer, TOKENIZER_KINDS)
+        if tokenizer in ("bpe", "wordpiece"):  # trained here, to vocab_size tokens
+            check_int("data.vocab_size", vocab_size, low=MIN_BPE_VOCAB if tokenizer == "bpe" else 1)
+        for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            check_float(f"data.{key}", value, 0.0, 1.0, high_open=True)
         self.source, self.data_files, self.text_field = source, _plain(data_files), text_field
         self.dataset_config, self.tokenizer_kind = dataset_config, tokenizer
         self.requested_vocab_size, self.tokenizer_file = vocab_size, tokenizer_file
@@ -439,6 +444,8 @@ class LMDataModule(TextDataModule):
                  split_seed: int = 0, train_samples_per_epoch: int | None = None, windows_per_draw: int = 1):
         check_int("data.seq_len", seq_len, 1, 65536)
         check_int("data.windows_per_draw", windows_per_draw, 1, 65536)
+        if train_samples_per_epoch is not None:
+            check_int("data.train_samples_per_epoch", train_samples_per_epoch)
         if batch_size % windows_per_draw:
             raise UserError(f"data.windows_per_draw must divide data.batch_size ({batch_size}) so that "
                             f"every batch holds whole draws, got {windows_per_draw}")

@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 from fa_train.data.lm import SPLITS, TextDataModule, _files_identity, info, iter_texts, write_memmap
 from fa_train.data.spec import DataSpec
 from fa_train.data.tokenizer import BERT_SPECIALS, build_tokenizer
-from fa_train.errors import UserError
+from fa_train.errors import UserError, check_float, check_int
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -210,6 +210,9 @@ class MLMDataModule(TextDataModule):
             raise UserError(f"tokenizer={tokenizer!r}: MLM needs BERT's special tokens; use wordpiece or file")
         if seq_len < 8:
             raise UserError(f"seq_len={seq_len} is too short for sentence pairs; use at least 8")
+        check_float("data.mlm_probability", mlm_probability, 0.0, 1.0, low_open=True)
+        check_float("data.short_seq_prob", short_seq_prob, 0.0, 1.0)
+        check_int("data.pad_to_multiple_of", pad_to_multiple_of)
         self.lowercase = lowercase
         super().__init__(source, data_files, text_field, dataset_config, tokenizer, vocab_size, tokenizer_file,
                          seq_len, batch_size, eval_batch_size, num_workers, pin_memory, cache_dir, num_proc, seed,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fa_train.errors import check_int
+
 
 @dataclass(frozen=True)
 class DataSpec:
@@ -47,7 +49,11 @@ def datamodule_spec(dm: Any) -> DataSpec:
 
 
 def model_args_from_spec(model_cfg: Any, spec: DataSpec, datamodule: str, model: str) -> dict:
-    """Values for the model arguments that `model_cfg` leaves null, read from `spec`."""
+    """Values for the model arguments that `model_cfg` leaves null, read from `spec`; a
+    model.max_seq_len set below the data's sequence length is a UserError."""
+    limit = model_cfg.get("max_seq_len")
+    if limit is not None and spec.seq_len is not None:
+        check_int("model.max_seq_len", limit, low=spec.seq_len)
     out = {}
     for arg, field in MODEL_ARGS.items():
         if arg not in model_cfg or model_cfg[arg] is not None:

@@ -20,6 +20,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 EOT = "<|endoftext|>"
 BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 KINDS = ("bpe", "gpt2", "file", "wordpiece")
+MIN_BPE_VOCAB = 258  # the 256 bytes, <|endoftext|> and one merge
 
 
 def _save(tok: Tokenizer, path: str | Path) -> Tokenizer:
@@ -53,8 +54,9 @@ def gpt2_tokenizer(vocab_file: str | Path, merges_file: str | Path) -> Tokenizer
 
 def train_bpe(texts: Iterable[str], vocab_size: int, save_path: str | Path | None = None) -> Tokenizer:
     """Train a byte-level BPE with ``vocab_size`` tokens (``<|endoftext|>`` is id 0)."""
-    if vocab_size < 257 + 1:
-        raise ValueError(f"vocab_size={vocab_size} is too small for byte-level BPE; use at least 258")
+    if vocab_size < MIN_BPE_VOCAB:
+        raise ValueError(f"vocab_size={vocab_size} is too small for byte-level BPE; use at least "
+                         f"{MIN_BPE_VOCAB}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

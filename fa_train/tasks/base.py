@@ -6,6 +6,7 @@ from typing import Any, Mapping
 import lightning as L
 import torch
 
+from fa_train.errors import check_choice
 from fa_train.tasks.optim import build_optimizer, check_optim_config, lr_multiplier
 from fa_train.utils.log_cadence import logs_this_step
 
@@ -35,10 +36,10 @@ def batch_get(batch, *names, index=None):
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def check_compile_mode(mode):
-    """Raise a clear error unless `mode` is a torch.compile mode (or None: torch's default)."""
-    if mode is not None and mode not in COMPILE_MODES:
-        raise ValueError(f"compile_mode must be one of {COMPILE_MODES} or None, got {mode!r}")
+def check_compile_mode(mode, key: str = "task.compile_mode"):
+    """A UserError naming ``key`` unless `mode` is a torch.compile mode (or None: torch's default)."""
+    if mode is not None:
+        check_choice(key, mode, COMPILE_MODES)
 
 
 class TaskModule(L.LightningModule):

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from fa_train.errors import check_choice, check_float, check_int
+from fa_train.errors import UserError, check_choice, check_float, check_int
 
 SCHEDULES = ("cosine", "linear", "constant", "rsqrt", "none")
 OPTIMIZERS = ("adamw", "adam", "lamb")
@@ -105,13 +105,20 @@ def check_optim_config(optimizer: Mapping, scheduler: Mapping) -> None:
     """task.optimizer and task.scheduler as configured: known names, lr > 0, betas in [0, 1), ..."""
     check_choice("task.optimizer.name", optimizer.get("name", "adamw"), OPTIMIZERS)
     check_float("task.optimizer.lr", optimizer.get("lr", 1e-3), 0.0, low_open=True)
-    for i, beta in enumerate(optimizer.get("betas") or ()):
-        check_float(f"task.optimizer.betas[{i}]", beta, 0.0, 1.0, high_open=True)
+    betas = optimizer.get("betas")
+    if betas is not None:
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            raise UserError(f"task.optimizer.betas={betas!r} is invalid: expected a pair "
+                            "[beta1, beta2] of numbers in [0, 1)")
+        for i, beta in enumerate(betas):
+            check_float(f"task.optimizer.betas[{i}]", beta, 0.0, 1.0, high_open=True)
     if optimizer.get("eps") is not None:
         check_float("task.optimizer.eps", optimizer["eps"], 0.0, low_open=True)
     if optimizer.get("weight_decay") is not None:
         check_float("task.optimizer.weight_decay", optimizer["weight_decay"], 0.0)
     check_choice("task.scheduler.name", scheduler.get("name", "none"), SCHEDULES)
+    if scheduler.get("total_steps") is not None:
+        check_int("task.scheduler.total_steps", scheduler["total_steps"])
     if scheduler.get("warmup_steps") is not None:
         check_int("task.scheduler.warmup_steps", scheduler["warmup_steps"], low=0)
     if scheduler.get("min_lr_ratio") is not None:
