@@ -72,6 +72,22 @@ def check_choice(key: str, value: Any, choices) -> Any:
     return value
 
 
+def check_bool(key: str, value: Any) -> bool:
+    """``value`` if it is true or false; else a UserError naming ``key`` (a string such as 'maybe'
+    would otherwise read as true)."""
+    if not isinstance(value, bool):
+        raise UserError(f"{key}={value!r} is invalid: expected true or false")
+    return value
+
+
+def check_flags(prefix: str, config: Any) -> None:
+    """check_bool for every bool field of the dataclass ``config``, named ``prefix.field``."""
+    import dataclasses
+    for f in dataclasses.fields(config):
+        if f.type in (bool, "bool"):
+            check_bool(f"{prefix}.{f.name}", getattr(config, f.name))
+
+
 def check_model_shape(n_layer: int, n_head: int, d_model: int, **dims: int) -> None:
     """Transformer sizes as configured under ``model.``: positive integers, d_model divisible by n_head."""
     for key, value in {"n_layer": n_layer, "n_head": n_head, "d_model": d_model, **dims}.items():
@@ -91,7 +107,7 @@ def check_loader_config(batch_size: int, eval_batch_size: int | None, num_worker
 
 def check_run_config(cfg) -> None:
     """The run-level keys that no constructor sees: trainer step/epoch counts, validation interval
-    and gradient clipping, global batch size, seed, threads, pause_after, pause_at, and the
+    and gradient clipping, run_test, global batch size, seed, threads, pause_after, pause_at, and the
     optional packages the chosen loggers need."""
     trainer = cfg.get("trainer") or {}
     for key in ("max_steps", "max_epochs"):
@@ -104,6 +120,8 @@ def check_run_config(cfg) -> None:
     clip = trainer.get("gradient_clip_val")
     if clip is not None:  # a negative norm would flip the gradients
         check_float("trainer.gradient_clip_val", clip, 0.0)
+    if "run_test" in cfg:
+        check_bool("run_test", cfg["run_test"])
     if cfg.get("global_batch_size") is not None:
         check_int("global_batch_size", cfg.global_batch_size)
     if "seed" in cfg:

@@ -16,8 +16,9 @@ import lightning  # noqa: F401 - stderr, not to the stderr one test captures and
 import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
-from fa_train.errors import UserError, check_float, check_int
+from fa_train.errors import UserError, check_bool, check_float, check_int, check_run_config
 from fa_train.train import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,6 +91,8 @@ CONFIG_CASES = [
      "global_batch_size=3 is invalid: expected a multiple of data.batch_size (2) x devices (1)"),
     ("checkpoint-every-negative", [*FAKE_DATA, "callbacks.checkpoint.every_n_train_steps=-3"],
      "callbacks.checkpoint.every_n_train_steps=-3 is invalid: expected an integer >= 0"),
+    ("flag-not-a-bool", ["model.bias=maybe"],
+     "model.bias='maybe' is invalid: expected true or false"),
     ("unknown-key", ["model.n_layr=3"],
      "Could not override 'model.n_layr'. To append to your config use +model.n_layr=3 "
      "Key 'n_layr' is not in struct full_key: model.n_layr object_type=dict"),
@@ -301,8 +304,29 @@ def test_kernels_api_refuses_in_one_line(call, exc, message):
     (check_int, ("k", 9, 1, 8), "k=9 is invalid: expected an integer in [1, 8]"),
     (check_float, ("k", "x", 0.0), "k='x' is invalid: expected a number in [0, inf]"),
     (check_float, ("k", float("nan"), 0.0), "k=nan is invalid: expected a number in [0, inf]"),
-], ids=["bool", "float-for-int", "above-high", "string-for-float", "nan"])
+    (check_bool, ("k", "maybe"), "k='maybe' is invalid: expected true or false"),
+    (check_bool, ("k", 1), "k=1 is invalid: expected true or false"),
+    (check_run_config, (OmegaConf.create({"run_test": "no"}),), "run_test='no' is invalid: expected true or false"),
+], ids=["bool", "float-for-int", "above-high", "string-for-float", "nan", "string-for-bool",
+        "int-for-bool", "run_test"])
 def test_range_checks_reject_values_of_the_wrong_kind(check, args, message):
     with pytest.raises(UserError, match=None) as info:
         check(*args)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: __import__("fa_train.models", fromlist=["GPT"]).GPT(
+        n_layer=1, n_head=2, d_model=32, vocab_size=64, document_mask="yes"),
+     "model.document_mask='yes' is invalid: expected true or false"),
+    (lambda: __import__("fa_train.models", fromlist=["BertForPreTraining"]).BertForPreTraining(
+        n_layer=1, n_head=2, d_model=32, vocab_size=64, nsp="no"),
+     "model.nsp='no' is invalid: expected true or false"),
+    (lambda: __import__("fa_train.models", fromlist=["LRAClassifier"]).LRAClassifier(
+        n_layer=1, n_head=2, d_model=32, vocab_size=64, mask_pad_tokens=1),
+     "model.mask_pad_tokens=1 is invalid: expected true or false"),
+], ids=["gpt", "bert", "lra-classifier"])
+def test_model_flags_must_be_true_or_false(build, message):
+    with pytest.raises(UserError) as info:
+        build()
     assert str(info.value) == message

@@ -131,7 +131,7 @@ def _run_trainer(config, model, compiled, device):
     x, y = _batch(config)  # on the host: the trainer moves every batch, as in real runs
     batches = [{"input_ids": x, "labels": y}] * (config.warmup_steps + config.steps)
     task = LanguageModelingTask(model, optimizer=dict(OPTIMIZER, fused=device.type == "cuda"),
-                                compile=compiled, compile_mode=config.compile_mode)
+                                compile=bool(compiled), compile_mode=config.compile_mode)
     perf, history = PerfMonitor(warmup_steps=config.warmup_steps), LossHistory()
     with tempfile.TemporaryDirectory() as logs:
         trainer = L.Trainer(

@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fa_train.attention import build_attention, pad_input, unpad_input
-from fa_train.errors import check_choice, check_float, check_model_shape
+from fa_train.errors import check_choice, check_flags, check_float, check_model_shape
 from fa_train.models.encoder import Encoder, encoder_flops_shape, init_bert_weights
 from fa_train.models.layer_norm import LayerNorm
 
@@ -53,6 +53,7 @@ class BertForPreTraining(nn.Module):
             kwargs = {**BERT_PRESETS[check_choice("model.preset", preset, sorted(BERT_PRESETS))],
                       **kwargs}
         cfg = config or BertConfig(**kwargs)
+        check_flags("model", cfg)
         check_model_shape(cfg.n_layer, cfg.n_head, cfg.d_model, d_ff=cfg.d_ff,
                           vocab_size=cfg.vocab_size, max_seq_len=cfg.max_seq_len)
         for key in ("dropout", "attn_dropout"):

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fa_train.attention import build_attention
-from fa_train.errors import UserError, check_choice, check_float, check_int, check_model_shape
+from fa_train.errors import UserError, check_choice, check_flags, check_float, check_int, check_model_shape
 from fa_train.models.encoder import Encoder, encoder_flops_shape, init_bert_weights
 from fa_train.models.layer_norm import LayerNorm
 
@@ -95,6 +95,7 @@ class SequenceClassifier(nn.Module):
     def __init__(self, config: ClassifierConfig | None = None, **kwargs):
         super().__init__()
         cfg = config or ClassifierConfig(**kwargs)
+        check_flags("model", cfg)
         check_choice("model.pool", cfg.pool, ("cls", "mean"))
         check_choice("model.input_type", cfg.input_type, ("token", "pixel"))
         check_choice("model.pos_emb", cfg.pos_emb, ("learned", "sinusoidal", "none"))

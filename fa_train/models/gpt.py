@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from fa_train.attention import build_attention
 from fa_train.attention.cache import new_token_visibility
-from fa_train.errors import UserError, check_choice, check_float, check_int, check_model_shape
+from fa_train.errors import UserError, check_choice, check_flags, check_float, check_int, check_model_shape
 from fa_train.models.kv_cache import KVCache, LayerCache
 from fa_train.models.layer_norm import LayerNorm
 
@@ -134,6 +134,7 @@ class GPT(nn.Module):
             kwargs = {**GPT2_PRESETS[check_choice("model.preset", preset, sorted(GPT2_PRESETS))],
                       **kwargs}
         cfg = config or GPTConfig(**kwargs)
+        check_flags("model", cfg)
         check_model_shape(cfg.n_layer, cfg.n_head, cfg.d_model, vocab_size=cfg.vocab_size,
                           vocab_multiple=cfg.vocab_multiple, max_seq_len=cfg.max_seq_len)
         check_float("model.dropout", cfg.dropout, 0.0, 1.0, high_open=True)

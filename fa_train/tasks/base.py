@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import lightning as L
 import torch
 
-from fa_train.errors import check_choice
+from fa_train.errors import check_bool, check_choice
 from fa_train.tasks.optim import build_optimizer, check_optim_config, lr_multiplier
 from fa_train.utils.log_cadence import logs_this_step
 
@@ -54,7 +54,7 @@ class TaskModule(L.LightningModule):
         self.scheduler_cfg = _plain(scheduler) or {"name": "none"}
         check_optim_config(self.optimizer_cfg, self.scheduler_cfg)
         check_compile_mode(compile_mode)
-        self.compile = bool(compile)
+        self.compile = check_bool("task.compile", compile)
         self.compile_mode = compile_mode
         self._compiled = None
         self.tokens_seen = 0  # per-process count of input tokens (a padded batch counts its padding)
