@@ -44,6 +44,12 @@ def _check_int(name, value, minimum):
     return value
 
 
+def _check_butterfly_size(value):
+    _check_int("butterfly_size", value, 1)
+    if not _is_power_of_two(value):
+        raise ValueError(f"butterfly_size must be a power of two (in blocks), got {value}")
+
+
 def _is_power_of_two(n):
     return n >= 1 and n & (n - 1) == 0
 
@@ -74,9 +80,7 @@ def butterfly_layout(seqlen, block, butterfly_size=None, n_factors=None, global_
     nb = num_blocks(seqlen, block)
     if butterfly_size is None:
         butterfly_size = 1 << (nb - 1).bit_length()
-    _check_int("butterfly_size", butterfly_size, 1)
-    if not _is_power_of_two(butterfly_size):
-        raise ValueError(f"butterfly_size must be a power of two (in blocks), got {butterfly_size}")
+    _check_butterfly_size(butterfly_size)
     max_factors = butterfly_size.bit_length() - 1
     if n_factors is None:
         n_factors = max_factors
@@ -260,7 +264,9 @@ class LayoutSpec:
 
     def __post_init__(self):
         _check_int("block_size", self.block_size, 1)
-        for name in ("butterfly_size", "n_factors", "stride"):
+        if self.butterfly_size is not None:
+            _check_butterfly_size(self.butterfly_size)
+        for name in ("n_factors", "stride"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), 0 if name == "n_factors" else 1)
         for name in ("global_size", "local_window", "random_blocks", "random_seed"):

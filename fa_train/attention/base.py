@@ -52,8 +52,15 @@ class Attention:
     @classmethod
     def from_config(cls, options: Mapping[str, Any]) -> "Attention":
         """The implementation configured by the keys of `options` it reads (others are left to
-        the implementations that read them)."""
-        return cls(cls.Config(**{k: options[k] for k in cls.config_keys() if k in options}))
+        the implementations that read them); a value its Config refuses is a UserError that names
+        ``attention.<key>``."""
+        try:
+            config = cls.Config(**{k: options[k] for k in cls.config_keys() if k in options})
+        except UserError:
+            raise
+        except (TypeError, ValueError) as exc:  # the kernels' own checks (kernels.layouts)
+            raise UserError(f"attention.{exc}") from exc
+        return cls(config)
 
     def resolved(self, device) -> str:
         """The name of the implementation that runs on `device`."""

@@ -178,12 +178,8 @@ def test_layout_spec_of_the_attention_config():
     (dict(global_size=-1), "global_size must be >= 0, got -1"),
     (dict(local_window=1.5), "local_window must be an int"),
     (dict(n_factors=-2), "n_factors must be >= 0, got -2"),
+    (dict(butterfly_size=3), "butterfly_size must be a power of two"),
 ])
 def test_layout_spec_rejects_bad_parameters_in_one_line(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         LayoutSpec(**kwargs)
-
-
-def test_layout_spec_butterfly_size_is_checked_at_build():
-    with pytest.raises(ValueError, match="butterfly_size must be a power of two"):
-        LayoutSpec(butterfly_size=3).build(1024)

@@ -7,6 +7,7 @@ import torch
 
 from fa_train.attention import (ATTENTION_CLASSES, FEATURES, Attention, attention_names,
                                 build_attention)
+from fa_train.errors import UserError
 from kernels.layouts import LayoutSpec
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
@@ -39,6 +40,17 @@ def test_unknown_config_key_is_one_line_listing_the_valid_keys():
     with pytest.raises(ValueError, match=r"unknown attention config key\(s\) \['blok_size'\].*"
                                          r"block_size"):
         build_attention({"impl": "blocksparse", "blok_size": 64})
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"block_size": 0}, "attention.block_size must be >= 1, got 0"),
+    ({"block_size": "64"}, "attention.block_size must be an int, got str '64'"),
+    ({"butterfly_size": 3}, "attention.butterfly_size must be a power of two (in blocks), got 3"),
+])
+def test_a_value_the_layout_refuses_is_a_user_error_naming_the_key(options, message):
+    with pytest.raises(UserError) as err:
+        build_attention({"impl": "blocksparse", **options})
+    assert str(err.value) == message
 
 
 def test_config_keys_reach_their_implementation():
