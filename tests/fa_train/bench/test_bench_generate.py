@@ -62,3 +62,7 @@ def test_speculative_options_are_checked(tmp_path, capsys):
         main(["generate", "--out", str(tmp_path), "--device", "cpu", "--checkpoint", "x",
               "--spec-trees", "2,0"])
     assert "spec_trees must be comma lists of integers >= 1" in capsys.readouterr().err
+    missing = tmp_path / "no-run"
+    with pytest.raises(SystemExit):
+        main(["generate", "--out", str(tmp_path), "--device", "cpu", "--checkpoint", str(missing)])
+    assert f"checkpoint {missing}: not found" in capsys.readouterr().err
