@@ -109,14 +109,32 @@ def check_key_padding_mask(key_padding_mask, q, k):
     return key_padding_mask.to(torch.uint8).contiguous()
 
 
-def check_cu_seqlens(name, cu, total, device):
-    """Validate int32 offsets `cu` of packed sequences holding `total` tokens on `device`."""
+def assert_last_offset(name, cu, total):
+    """cu[-1] == total asserted by the device itself: no host read, no graph break."""
+    torch._assert_async(cu[-1] == total,
+                        f"{name}[-1] must equal the number of packed tokens (rows of q, k, v)")
+
+
+def check_cu_seqlens(name, cu, total, device, max_seqlen):
+    """Validate int32 offsets `cu` of packed sequences holding `total` tokens on `device`, none
+    longer than `max_seqlen`. Offsets in host memory are checked whole; on a GPU the device checks
+    the last one (a host read would wait for the GPU, and split a compiled graph, at every call)."""
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"{name} must be a 1-D tensor of batch + 1 offsets")
     if cu.device != device:
         raise ValueError(f"{name} is on {cu.device}, expected {device}")
     if cu.dtype != torch.int32:
         raise TypeError(f"{name} must be int32, got {cu.dtype}")
-    last = int(cu[-1])
-    if last != total:
-        raise ValueError(f"{name}[-1] = {last} must equal the number of packed tokens ({total})")
+    if cu.device.type != "cpu":
+        assert_last_offset(name, cu, total)
+        return
+    offsets = cu.tolist()
+    lengths = [b - a for a, b in zip(offsets, offsets[1:])]
+    if offsets[0] != 0 or min(lengths) < 0:
+        raise ValueError(f"{name} must start at 0 and never decrease, got {offsets}")
+    if offsets[-1] != total:
+        raise ValueError(f"{name}[-1] = {offsets[-1]} must equal the number of packed tokens "
+                         f"({total})")
+    if max(lengths) > max_seqlen:
+        raise ValueError(f"max_seqlen = {max_seqlen} is below the longest sequence of {name} "
+                         f"({max(lengths)})")

@@ -78,8 +78,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     window_size align each sequence's mask bottom-right, as in flash_attn_func.
     """
     q, k, v = check_qkv(q, k, v, 3)
-    check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
-    check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+    check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device, int(max_seqlen_q))
+    check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device, int(max_seqlen_k))
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError("cu_seqlens_q and cu_seqlens_k must describe the same number of sequences")
     out, lse = attention_call(q, k, v, dropout_p, softmax_scale, causal, None,
@@ -95,7 +95,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     """flash_attn_varlen_func over packed variable-length sequences whose q, k, v are packed in
     one tensor qkv (total, 3, H, d): no copies of q, k, v, one packed gradient."""
     qkv = check_qkvpacked(qkv, 4)
-    check_cu_seqlens("cu_seqlens", cu_seqlens, qkv.shape[0], qkv.device)
+    check_cu_seqlens("cu_seqlens", cu_seqlens, qkv.shape[0], qkv.device, int(max_seqlen))
     out, lse = attention_call(qkv, None, None, dropout_p, softmax_scale, causal, None,
                               cu_seqlens, cu_seqlens, int(max_seqlen), int(max_seqlen),
                               deterministic=deterministic,

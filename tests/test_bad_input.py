@@ -272,6 +272,13 @@ KERNEL_CASES = [
         *[_qkv(8, 2, 16)] * 3, torch.tensor([0, 5], dtype=torch.int32),
         torch.tensor([0, 8], dtype=torch.int32), 8, 8),
      ValueError, "cu_seqlens_q[-1] = 5 must equal the number of packed tokens (8)"),
+    ("cu_seqlens-decreasing", lambda k: k.flash_attn_varlen_func(
+        *[_qkv(8, 2, 16)] * 3, torch.tensor([0, 6, 4, 8], dtype=torch.int32),
+        torch.tensor([0, 4, 6, 8], dtype=torch.int32), 8, 8),
+     ValueError, "cu_seqlens_q must start at 0 and never decrease, got [0, 6, 4, 8]"),
+    ("max_seqlen-short", lambda k: k.flash_attn_varlen_qkvpacked_func(
+        _qkv(8, 3, 2, 16), torch.tensor([0, 2, 8], dtype=torch.int32), 4),
+     ValueError, "max_seqlen = 4 is below the longest sequence of cu_seqlens (6)"),
     ("cu_seqlens-dtype", lambda k: k.flash_attn_varlen_func(
         *[_qkv(8, 2, 16)] * 3, torch.tensor([0, 8]), torch.tensor([0, 8]), 8, 8),
      TypeError, "cu_seqlens_q must be int32, got torch.int64"),
