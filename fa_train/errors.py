@@ -13,6 +13,7 @@ import functools
 import importlib
 import math
 import os
+import re
 import sys
 from typing import Any, Callable
 
@@ -153,8 +154,9 @@ def _importable(module: str) -> bool:
 def user_message(exc: BaseException | None) -> str | None:
     """The one-line message for an exception the user can act on, or None for a bug. Looks at
     ``exc`` and its __cause__/__context__ chain for a UserError, a missing file (FileNotFoundError),
-    a full disk (ENOSPC, EDQUOT) or a Hydra composition error (an unknown key, a bad override)."""
-    from hydra.errors import CompactHydraException
+    a full disk (ENOSPC, EDQUOT) or a Hydra error (an unknown key, a bad override; a constructor's
+    own error, as ``<config node>: <its message>``)."""
+    from hydra.errors import CompactHydraException, InstantiationException
 
     chain = []
     while exc is not None and all(exc is not seen for seen in chain):
@@ -166,6 +168,9 @@ def user_message(exc: BaseException | None) -> str | None:
         if isinstance(err, OSError) and err.errno in DISK_FULL:
             return f"{os.strerror(err.errno).lower()} writing {err.filename}"
     for err in chain:
+        if isinstance(err, InstantiationException) and err.__cause__ is not None:
+            group = re.search(r"full_key: (\S+)", str(err))  # the config node that failed
+            return " ".join(f"{group[1] + ': ' if group else ''}{err.__cause__}".split())
         if isinstance(err, CompactHydraException):
             return " ".join(f"{err} {err.__cause__ or ''}".split())
     return None

@@ -24,6 +24,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from fa_train.errors import UserError
 from fa_train.resources import config_dir, project_root
 from fa_train.utils.run_dir import register_resolver
 
@@ -150,6 +151,7 @@ def fill_model_from_data(cfg, dm):
 
 def build_trainer(cfg, out_dir: Path, extra_callbacks=()):
     """(Lightning Trainer from cfg.trainer with cfg.callbacks and cfg.logger, resolved precision)."""
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -164,14 +166,17 @@ def build_trainer(cfg, out_dir: Path, extra_callbacks=()):
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     tcfg["precision"] = resolve_precision(tcfg.get("precision"))
     # extra callbacks first: the loss history must record a step before the checkpoint saves it
-    trainer = instantiate(tcfg, callbacks=list(extra_callbacks) + callbacks,
-                          logger=loggers or False, default_root_dir=str(out_dir), _convert_="all")
+    try:
+        trainer = instantiate(tcfg, callbacks=list(extra_callbacks) + callbacks,
+                              logger=loggers or False, default_root_dir=str(out_dir),
+                              _convert_="all")
+    except InstantiationException as exc:  # Lightning refused a trainer.* value
+        raise UserError(f"trainer: {exc.__cause__ or exc}") from exc
     return trainer, str(tcfg["precision"])
 
 
 def set_accumulation(trainer, micro_batch: int, global_batch_size) -> int:
     """accumulate_grad_batches from global_batch_size (null: 1); must divide evenly."""
-    from fa_train.errors import UserError
     devices = trainer.num_devices * trainer.num_nodes
     accum = 1
     if global_batch_size:

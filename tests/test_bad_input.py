@@ -91,6 +91,10 @@ CONFIG_CASES = [
      "global_batch_size=3 is invalid: expected a multiple of data.batch_size (2) x devices (1)"),
     ("checkpoint-every-negative", [*FAKE_DATA, "callbacks.checkpoint.every_n_train_steps=-3"],
      "callbacks.checkpoint.every_n_train_steps=-3 is invalid: expected an integer >= 0"),
+    ("trainer-value-lightning-refuses", ["trainer.devices=-3"],
+     "trainer: `devices` selected with `CPUAccelerator` should be an int > 0."),
+    ("attention-value-a-constructor-refuses", ["attention=blocksparse", "attention.block_size=0"],
+     "attention.block_size must be >= 1, got 0"),
     ("flag-not-a-bool", ["model.bias=maybe"],
      "model.bias='maybe' is invalid: expected true or false"),
     ("unknown-key", ["model.n_layr=3"],
@@ -337,3 +341,20 @@ def test_model_flags_must_be_true_or_false(build, message):
     with pytest.raises(UserError) as info:
         build()
     assert str(info.value) == message
+
+
+def test_a_constructors_own_error_is_named_by_its_config_node():
+    """Hydra wraps what a constructor raises ("Error in call to target ... full_key: data"): the
+    line names the node and says the constructor's message once."""
+    from hydra.errors import InstantiationException
+
+    from fa_train.errors import user_message
+    try:
+        try:
+            raise ValueError("chunk must be positive")
+        except ValueError as cause:
+            raise InstantiationException("Error in call to target 'x.DataModule':\n"
+                                         "ValueError('chunk must be positive')\n"
+                                         "full_key: data") from cause
+    except InstantiationException as wrapped:
+        assert user_message(wrapped) == "data: chunk must be positive"
