@@ -365,6 +365,17 @@ def test_bad_options_are_rejected():
                                cu.int(), torch.tensor([0, 8, 15], dtype=torch.int32), 8, 8)
 
 
+def test_offsets_on_a_device_are_checked_without_a_host_read():
+    """On a GPU the offsets are not read back (a read waits for the GPU and splits a compiled
+    graph at every call): a meta tensor, whose values cannot be read at all, stands for them."""
+    from kernels.attention_inputs import check_cu_seqlens
+
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    check_cu_seqlens("cu_seqlens", cu, 8, cu.device, 8)
+    with pytest.raises(RuntimeError, match="meta tensors"):  # so a host read would fail here
+        int(cu[-1])
+
+
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     q = torch.randn(1, 4, 1, 16)
