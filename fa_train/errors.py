@@ -8,6 +8,7 @@ keeps its traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import importlib
@@ -83,7 +84,6 @@ def check_bool(key: str, value: Any) -> bool:
 
 def check_flags(prefix: str, config: Any) -> None:
     """check_bool for every bool field of the dataclass ``config``, named ``prefix.field``."""
-    import dataclasses
     for f in dataclasses.fields(config):
         if f.type in (bool, "bool"):
             check_bool(f"{prefix}.{f.name}", getattr(config, f.name))

@@ -151,7 +151,6 @@ def fill_model_from_data(cfg, dm):
 
 def build_trainer(cfg, out_dir: Path, extra_callbacks=()):
     """(Lightning Trainer from cfg.trainer with cfg.callbacks and cfg.logger, resolved precision)."""
-    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -166,12 +165,9 @@ def build_trainer(cfg, out_dir: Path, extra_callbacks=()):
     tcfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     tcfg["precision"] = resolve_precision(tcfg.get("precision"))
     # extra callbacks first: the loss history must record a step before the checkpoint saves it
-    try:
-        trainer = instantiate(tcfg, callbacks=list(extra_callbacks) + callbacks,
-                              logger=loggers or False, default_root_dir=str(out_dir),
-                              _convert_="all")
-    except InstantiationException as exc:  # Lightning refused a trainer.* value
-        raise UserError(f"trainer: {exc.__cause__ or exc}") from exc
+    node = OmegaConf.create({"trainer": tcfg}).trainer  # named "trainer" in errors
+    trainer = instantiate(node, callbacks=list(extra_callbacks) + callbacks,
+                          logger=loggers or False, default_root_dir=str(out_dir), _convert_="all")
     return trainer, str(tcfg["precision"])
 
 

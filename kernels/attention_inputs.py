@@ -109,12 +109,6 @@ def check_key_padding_mask(key_padding_mask, q, k):
     return key_padding_mask.to(torch.uint8).contiguous()
 
 
-def assert_last_offset(name, cu, total):
-    """cu[-1] == total asserted by the device itself: no host read, no graph break."""
-    torch._assert_async(cu[-1] == total,
-                        f"{name}[-1] must equal the number of packed tokens (rows of q, k, v)")
-
-
 def check_cu_seqlens(name, cu, total, device, max_seqlen):
     """Validate int32 offsets `cu` of packed sequences holding `total` tokens on `device`, none
     longer than `max_seqlen`. Offsets in host memory are checked whole; on a GPU the device checks
@@ -125,8 +119,9 @@ def check_cu_seqlens(name, cu, total, device, max_seqlen):
         raise ValueError(f"{name} is on {cu.device}, expected {device}")
     if cu.dtype != torch.int32:
         raise TypeError(f"{name} must be int32, got {cu.dtype}")
-    if cu.device.type != "cpu":
-        assert_last_offset(name, cu, total)
+    if cu.device.type != "cpu":  # asserted by the device itself: no host read, no graph break
+        torch._assert_async(cu[-1] == total,
+                            f"{name}[-1] must equal the number of packed tokens (rows of q, k, v)")
         return
     offsets = cu.tolist()
     lengths = [b - a for a, b in zip(offsets, offsets[1:])]
@@ -135,6 +130,7 @@ def check_cu_seqlens(name, cu, total, device, max_seqlen):
     if offsets[-1] != total:
         raise ValueError(f"{name}[-1] = {offsets[-1]} must equal the number of packed tokens "
                          f"({total})")
-    if max(lengths) > max_seqlen:
+    longest = max(lengths)
+    if longest > max_seqlen:
         raise ValueError(f"max_seqlen = {max_seqlen} is below the longest sequence of {name} "
-                         f"({max(lengths)})")
+                         f"({longest})")
