@@ -24,7 +24,8 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
       full:  {...}
     metrics: {ppl: {keys: [val/ppl], unit: perplexity, fmt: ".2f"}}   # so_far: true also reads paused runs;
              # a time or rate (unit s, min, ms, .../s; MFU; or timed: true) is not read from a
-             # run while it shared its GPU (fa-repro run --jobs)
+             # run while it shared its GPU (fa-repro run --jobs); final_if_best_last: {curve,
+             # keys} reads `keys` instead when `keys` are absent and the curve peaked at its end
     paper: {source: ..., hardware: ..., label: ..., tables: {...}}   # the paper's numbers
     report: {tables: [...], plots: [...],                            # how to lay them beside ours
              claims: {...}}                 # paper.claims (sentences) vs ours: fa_train.repro.claims

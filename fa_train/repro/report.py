@@ -173,7 +173,24 @@ class Ours:
             value = self.time_to_reach(entry, spec["reach"])[0]
             return [] if value is None else [value]
         v = first_number(metrics, spec["keys"])
+        if v is None and "final_if_best_last" in spec:
+            v = self.final_if_best_last(entry, spec["final_if_best_last"])
         return [] if v is None else [v]
+
+    def final_if_best_last(self, entry: dict[str, Any], rule: dict[str, Any]) -> float | None:
+        """The final weights' value (`rule`'s keys) of a run that recorded nothing at its best
+        validation but whose highest `curve` value is its last row, logged at its final step and
+        above every earlier one: its best weights are then its final weights. Else None."""
+        metrics = entry.get("metrics") or {}
+        points = curve_points(self.out_dir / entry.get("run_dir", "") / "metrics.csv",
+                              rule["curve"], "step")
+        final_step = first_number(metrics, ["global_step"])
+        if not points or final_step is None or points[-1][0] + 1 < final_step:
+            return None
+        last = points[-1][2]
+        if any(y >= last for _, _, y in points[:-1]):
+            return None
+        return first_number(metrics, rule["keys"])
 
     def time_to_reach(self, entry: dict[str, Any], reach: dict[str, Any]) -> tuple[float | None, str]:
         """(x at the first row of the run's metrics.csv whose `curve` is at least `at_least`, e.g.
