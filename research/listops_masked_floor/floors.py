@@ -15,8 +15,8 @@ read from their metrics.json, and writes JSON.
 Run on 2026-12-04 (CPU, 25 s; reports/bench/listops_masked_floor/floors.json): unigram 2.639
 nats, identity floor 1.845, best accuracy with known types 24.9%; the neighbours' types lower the
 attainable loss by 0.05-0.10 nats (k = 1: 2.589, k = 3: 2.532; accuracy 15.2-16.2%). The GPU runs
-ended at 2.636 and 14.3%, the estimate without context (k = 0: 2.636, 14.0%): they learned the
-token shares and nothing of their neighbours.
+(all 5K steps, 2026-12-07) ended at 2.636-2.637 and 14.2%, the estimate without context (k = 0:
+2.636, 14.0%): they learned the token shares and nothing of their neighbours.
 
 Usage: python research/listops_masked_floor/floors.py OUT_DIR [--n 3000] [--seed 7]
 """
