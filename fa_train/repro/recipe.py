@@ -21,11 +21,14 @@ A recipe names its runs once and says, per scale, how to shrink or grow them::
               bench_args: {...}, per_run: {small-flash: {overrides: {...}, args: {...}}},
               timeout_s: 600}
       gpu:   {...}
-      full:  {...}
+      full:  {..., borrows: {scale: gpu, runs: [...]}}   # reported from the gpu scale's folder,
+                                                           # not run again (same overrides)
     metrics: {ppl: {keys: [val/ppl], unit: perplexity, fmt: ".2f"}}   # so_far: true also reads paused runs;
              # a time or rate (unit s, min, ms, .../s; MFU; or timed: true) is not read from a
              # run while it shared its GPU (fa-repro run --jobs); final_if_best_last: {curve,
-             # keys} reads `keys` instead when `keys` are absent and the curve peaked at its end
+             # keys} reads `keys` instead when `keys` are absent and the curve peaked at its end;
+             # reach: {curve, at_least, x}: x where a curve first reached a level; reached:
+             # {curve, at_least}: 1 if it did, 0 if a finished run never did (seeds' mean: share)
     paper: {source: ..., hardware: ..., label: ..., tables: {...}}   # the paper's numbers
     report: {tables: [...], plots: [...],                            # how to lay them beside ours
              claims: {...}}                 # paper.claims (sentences) vs ours: fa_train.repro.claims
@@ -50,7 +53,8 @@ RUN_KINDS = ("train", "bench")
 BENCH_SUBCOMMANDS = ("attention", "blocksparse", "blocksize", "io")
 REQUIRED_KEYS = ("name", "title", "description", "runs", "scales", "metrics", "paper", "report")
 SCALE_KEYS = {"hardware", "measures", "runs", "train_overrides", "bench_args", "per_run",
-              "timeout_s", "paper_settings"}
+              "timeout_s", "paper_settings", "borrows"}
+SAME_RUN_KEYS = ("train_overrides", "bench_args")   # what a borrowed run's two scales must share
 RUN_KEYS = {"name", "kind", "experiment", "overrides", "subcommand", "args", "labels", "timeout_s",
             "init_from"}
 PAPER_REQUIRED = ("source", "label", "hardware", "tables")
@@ -179,6 +183,12 @@ class Recipe:
     def run_names(self) -> list[str]:
         return [r["name"] for r in self.data["runs"]]
 
+    def borrowed(self, scale: str) -> tuple[str | None, list[str]]:
+        """(scale, runs) that `scale` reports from another scale's folder without running them
+        (`borrows: {scale: gpu, runs: [...]}`: runs of the same settings at both scales)."""
+        borrows = self.scale(scale).get("borrows") or {}
+        return borrows.get("scale"), list(borrows.get("runs") or [])
+
     def scale_run_names(self, scale: str) -> list[str]:
         """The runs a scale executes (its `runs` list, else all), in recipe order."""
         chosen = self.scale(scale).get("runs")
@@ -239,6 +249,32 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
 
 def list_recipe_paths(directory: Path | None = None) -> list[Path]:
     return sorted((directory or recipes_dir()).glob("*.yaml"))
+
+
+def borrow_problems(where: str, scale: str, sc: dict[str, Any], scales: dict[str, Any],
+                    names: list[str]) -> list[str]:
+    """What is wrong with a scale's `borrows`: it must name another scale and runs that scale
+    runs, this one does not, with the same overrides at both (SAME_RUN_KEYS, per_run)."""
+    borrows = sc["borrows"]
+    if not isinstance(borrows, dict) or set(borrows) != {"scale", "runs"} or not borrows["runs"]:
+        return [f"{where}: borrows must be {{scale: SCALE, runs: [RUN, ...]}}"]
+    other = scales.get(borrows["scale"])
+    if borrows["scale"] == scale or not isinstance(other, dict):
+        return [f"{where}: borrows.scale must be another scale of this recipe, "
+                f"got {borrows['scale']!r}"]
+    p = []
+    theirs = set(other.get("runs") or names)
+    ours = set(sc.get("runs") or names)
+    for run in borrows["runs"]:
+        if run not in theirs or run in ours:
+            p.append(f"{where}: borrows run {run!r}, which scale {borrows['scale']!r} must run "
+                     f"and this one must not")
+        elif (sc.get("per_run") or {}).get(run) != (other.get("per_run") or {}).get(run):
+            p.append(f"{where}: borrowed run {run!r} has other per_run overrides at the two scales")
+    for key in SAME_RUN_KEYS:
+        if sc.get(key) != other.get(key):
+            p.append(f"{where}: borrows from {borrows['scale']!r}, whose {key} differ")
+    return p
 
 
 def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str]:
@@ -319,6 +355,8 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                          f"whose weights it starts from")
         if sc.get("runs") is not None and not sc["runs"]:
             p.append(f"{where}: `runs` is empty")
+        if "borrows" in sc:
+            p += borrow_problems(where, scale, sc, scales, names)
     paper = d["paper"] or {}
     for key in PAPER_REQUIRED:
         if key not in paper:
@@ -337,13 +375,15 @@ def validate_recipe(recipe: Recipe, check_experiments: bool = False) -> list[str
                 p.append(f"paper.tables.{tid}.{row}: no number")
     metric_names = set(d["metrics"] or {})
     for mname, spec in (d["metrics"] or {}).items():
-        if isinstance(spec, dict) and "reach" in spec:
-            reach = spec["reach"]
+        level = next((k for k in ("reach", "reached") if isinstance(spec, dict) and k in spec), None)
+        if level:
+            reach = spec[level]
             if not isinstance(reach, dict) or not {"curve", "at_least"} <= set(reach):
-                p.append(f"metrics.{mname}.reach: needs `curve` and `at_least` (and `x`)")
+                p.append(f"metrics.{mname}.{level}: needs `curve` and `at_least` (and `x`)")
         elif not isinstance(spec, dict) or not spec.get("keys"):
             p.append(f"metrics.{mname}: needs `keys` (metrics.json keys or bench JSON fields),"
-                     " or `reach` (a metrics.csv curve and the level it must reach)")
+                     " `reach` (a metrics.csv curve and the level it must reach: when) or"
+                     " `reached` (the same: whether, 1 or 0)")
     for i, table in enumerate((d["report"] or {}).get("tables") or []):
         tid = table.get("paper_table")
         if tid not in (paper.get("tables") or {}):

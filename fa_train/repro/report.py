@@ -107,6 +107,25 @@ class Ours:
         self.data = load_json(out_dir / RESULTS_FILE) or {"runs": {}}
         self.runs: dict[str, dict[str, Any]] = {
             name: self.settled(entry) for name, entry in self.data.get("runs", {}).items()}
+        self.borrowed = self.borrow()
+
+    def borrow(self) -> dict[str, str]:
+        """Add the runs this folder's scale borrows (Recipe.borrowed) that it has not recorded
+        itself, read from the other scale's folder beside it; return {run: that scale}."""
+        scale = self.data.get("scale") or self.out_dir.name
+        if scale not in (self.recipe.data.get("scales") or {}):
+            return {}
+        other, names = self.recipe.borrowed(scale)
+        if other is None:
+            return {}
+        theirs = (load_json(self.out_dir.parent / other / RESULTS_FILE) or {}).get("runs", {})
+        taken = {}
+        for name in names:
+            if name in theirs and name not in self.runs:
+                entry = dict(theirs[name], run_dir=f"../{other}/{theirs[name].get('run_dir', name)}")
+                self.runs[name] = self.settled(entry)
+                taken[name] = other
+        return taken
 
     def settled(self, entry: dict[str, Any]) -> dict[str, Any]:
         """The entry as reported: a training run recorded ok whose training loss was not finite
@@ -172,6 +191,11 @@ class Ours:
         if "reach" in spec:
             value = self.time_to_reach(entry, spec["reach"])[0]
             return [] if value is None else [value]
+        if "reached" in spec:   # 1 when the curve reached the level, 0 when a finished run never did
+            value, why = self.time_to_reach(entry, dict(spec["reached"], x="step"))
+            if value is not None:
+                return [1.0]
+            return [0.0] if why == "not reached" and entry.get("status") == "ok" else []
         v = first_number(metrics, spec["keys"])
         if v is None and "final_if_best_last" in spec:
             v = self.final_if_best_last(entry, spec["final_if_best_last"])
@@ -623,6 +647,7 @@ def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None)
     for entry in ours.runs.values():
         counts[entry.get("status", "?")] = counts.get(entry.get("status", "?"), 0) + 1
     n_runs = len(recipe.scale_run_names(scale))
+    other, borrowed = recipe.borrowed(scale)
     lines = [f"# {recipe.title}", "",
              f"Recipe `{recipe.path.name}`, scale **{scale}**. Rendered by `fa-repro report` from "
              f"`{RESULTS_FILE}`; every number labelled *ours* comes from a result file, every "
@@ -637,7 +662,10 @@ def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None)
     first = min((str(e["started"]) for e in ours.runs.values() if e.get("started")), default="?")
     last = max((str(e["finished"]) for e in ours.runs.values() if e.get("finished")), default="?")
     lines.append(f"- Runs made {first} to {last} "
-                 f"(UTC); runs: {n_runs} at this scale, statuses "
+                 f"(UTC); runs: {n_runs} at this scale"
+                 + (f" and {len(borrowed)} of the same settings reported from the {other} scale's"
+                    f" folder ({len(ours.borrowed)} recorded there)" if borrowed else "")
+                 + ", statuses "
                  f"{', '.join(f'{v} {k}' for k, v in sorted(counts.items())) or 'none yet'}.")
     steps = _steps_line(ours)
     if steps:
@@ -672,9 +700,10 @@ def render_report(recipe: Recipe, scale: str, out_dir: Path | str | None = None)
             lines.append(f"| {name} | {e.get('status')} | {err} |")
         lines.append("")
     lines += ["## Runs", "", "| run | kind | status | duration (s) | finished |", "|---|---|---|---|---|"]
-    for name in recipe.scale_run_names(scale):
+    for name in recipe.scale_run_names(scale) + borrowed:
         e = ours.runs.get(name) or {}
-        lines.append(f"| {name} | {e.get('kind', '')} | {e.get('status', 'not run')} | "
+        shown = f"{name} ({other} scale)" if name in borrowed else name
+        lines.append(f"| {shown} | {e.get('kind', '')} | {e.get('status', 'not run')} | "
                      f"{e.get('duration_s', '')} | {e.get('finished', '')} |")
     lines.append("")
     path = out / "report.md"
