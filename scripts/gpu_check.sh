@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
 # On a CUDA host: run the gpu-marked tests and a quick attention benchmark, and write the results
-# (test log, JUnit XML, benchmark JSON/Markdown/PNGs, a summary JSON) into OUT_DIR.
-# Usage: scripts/gpu_check.sh OUT_DIR        (PYTHON selects the interpreter, default python3)
+# (test log, JUnit XML, benchmark JSON/Markdown/PNGs, a summary JSON with the tests' counts) into
+# OUT_DIR. A suite longer than one job runs in parts: BUDGET_S=SECONDS skips the tests not started
+# in time ("budget spent"), SKIP_PASSED="A.xml B.xml" leaves out those earlier parts passed.
+# Usage: scripts/gpu_check.sh OUT_DIR [TEST_PATH ...]   (default: the whole suite)
+#   PYTHON selects the interpreter (default python3); BENCH=0 skips the benchmark.
 set -uo pipefail
-out=${1:?usage: scripts/gpu_check.sh OUT_DIR}
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [TEST_PATH ...]}
+shift
 python=${PYTHON:-python3}
 mkdir -p "$out"
 "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU visible')" || exit 1
-"$python" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$out/gpu_tests.xml" 2>&1 | tee "$out/gpu_tests.log"
+parts=()
+[[ -n ${BUDGET_S:-} ]] && parts+=(--budget-s "$BUDGET_S")
+for xml in ${SKIP_PASSED:-}; do parts+=(--skip-passed "$xml"); done
+"$python" -m pytest -m gpu -q -rfE -p no:cacheprovider --junitxml "$out/gpu_tests.xml" "${parts[@]}" "$@" \
+    2>&1 | tee "$out/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
-"$python" -m fa_train.bench.cli attention --out "$out/bench" --quick --no-progress \
-    --impls flash,sdpa_flash,sdpa_cudnn,standard 2>&1 | tee "$out/bench.log"
-bench_rc=${PIPESTATUS[0]}
-"$python" - "$out" "$tests_rc" "$bench_rc" <<'PY'
-import json, pathlib, sys, datetime, torch
-out, tests_rc, bench_rc = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+bench_rc=0
+if [[ ${BENCH:-1} != 0 ]]; then
+    "$python" -m fa_train.bench.cli attention --out "$out/bench" --quick --no-progress \
+        --impls flash,sdpa_flash,sdpa_cudnn,standard 2>&1 | tee "$out/bench.log"
+    bench_rc=${PIPESTATUS[0]}
+fi
+"$python" - "$out" "$tests_rc" "$bench_rc" "$(git rev-parse --short HEAD 2>/dev/null)" <<'PY'
+import collections, datetime, json, pathlib, sys, xml.etree.ElementTree as ET
+import torch
+out, tests_rc, bench_rc, commit = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def outcome(case):   # passed, failure, error, skipped, or budget spent (left for a later part)
+    kinds = [c for c in case if c.tag in ("failure", "error", "skipped")]
+    if not kinds:
+        return "passed"
+    return "budget spent" if kinds[0].get("message") == "budget spent" else kinds[0].tag
+xml = out / "gpu_tests.xml"   # absent when pytest stopped before its end
+counts = collections.Counter(outcome(c) for c in ET.parse(xml).getroot().iter("testcase")) \
+    if xml.is_file() else {}
 summary = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "gpu_tests_rc": tests_rc, "bench_rc": bench_rc}
+           "torch": torch.__version__, "commit": commit or None, "gpu_tests_rc": tests_rc,
+           "tests": dict(sorted(counts.items())), "bench_rc": bench_rc}
 (out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
 print(json.dumps(summary))
 PY
