@@ -23,10 +23,11 @@ if [[ ${BENCH:-1} != 0 ]]; then
         --impls flash,sdpa_flash,sdpa_cudnn,standard 2>&1 | tee "$out/bench.log"
     bench_rc=${PIPESTATUS[0]}
 fi
-"$python" - "$out" "$tests_rc" "$bench_rc" "$(git rev-parse --short HEAD 2>/dev/null)" <<'PY'
+"$python" - "$out" "$tests_rc" "$bench_rc" <<'PY'
 import collections, datetime, json, pathlib, sys, xml.etree.ElementTree as ET
 import torch
-out, tests_rc, bench_rc, commit = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+from fa_train.utils.provenance import git_commit   # FA_TRAIN_GIT_COMMIT names a copied tree's code
+out, tests_rc, bench_rc = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 def outcome(case):   # passed, failure, error, skipped, or budget spent (left for a later part)
     kinds = [c for c in case if c.tag in ("failure", "error", "skipped")]
     if not kinds:
@@ -36,7 +37,7 @@ xml = out / "gpu_tests.xml"   # absent when pytest stopped before its end
 counts = collections.Counter(outcome(c) for c in ET.parse(xml).getroot().iter("testcase")) \
     if xml.is_file() else {}
 summary = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "commit": commit or None, "gpu_tests_rc": tests_rc,
+           "torch": torch.__version__, "commit": git_commit(), "gpu_tests_rc": tests_rc,
            "tests": dict(sorted(counts.items())), "bench_rc": bench_rc}
 (out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
 print(json.dumps(summary))
