@@ -23,19 +23,15 @@ if [[ ${BENCH:-1} != 0 ]]; then
         --impls flash,sdpa_flash,sdpa_cudnn,standard 2>&1 | tee "$out/bench.log"
     bench_rc=${PIPESTATUS[0]}
 fi
-"$python" - "$out" "$tests_rc" "$bench_rc" <<'PY'
-import collections, datetime, json, pathlib, sys, xml.etree.ElementTree as ET
+"$python" - "$out" "$tests_rc" "$bench_rc" "$(cd "$(dirname "$0")/.." && pwd)" <<'PY'
+import collections, datetime, json, pathlib, sys
 import torch
-from fa_train.utils.provenance import git_commit   # FA_TRAIN_GIT_COMMIT names a copied tree's code
 out, tests_rc, bench_rc = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-def outcome(case):   # passed, failure, error, skipped, or budget spent (left for a later part)
-    kinds = [c for c in case if c.tag in ("failure", "error", "skipped")]
-    if not kinds:
-        return "passed"
-    return "budget spent" if kinds[0].get("message") == "budget spent" else kinds[0].tag
+sys.path.insert(0, sys.argv[4])   # the checkout: its tests/conftest.py reads the XML
+from fa_train.utils.provenance import git_commit   # FA_TRAIN_GIT_COMMIT names a copied tree's code
+from tests.conftest import junit_outcomes
 xml = out / "gpu_tests.xml"   # absent when pytest stopped before its end
-counts = collections.Counter(outcome(c) for c in ET.parse(xml).getroot().iter("testcase")) \
-    if xml.is_file() else {}
+counts = collections.Counter(junit_outcomes(xml).values()) if xml.is_file() else {}
 summary = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "commit": git_commit(), "gpu_tests_rc": tests_rc,
            "tests": dict(sorted(counts.items())), "bench_rc": bench_rc}

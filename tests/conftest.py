@@ -29,14 +29,25 @@ def pytest_addoption(parser):
                     help="leave out the tests that passed in this JUnit XML (repeatable)")
 
 
+def junit_outcomes(path) -> dict[tuple[str, str], str]:
+    """(classname, name) -> passed, failure, error, skipped or BUDGET_SPENT for each test case of
+    a JUnit XML."""
+    outcomes = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        kinds = [c for c in case if c.tag in ("failure", "error", "skipped")]
+        outcomes[(case.get("classname"), case.get("name"))] = (
+            "passed" if not kinds else
+            BUDGET_SPENT if kinds[0].get("message") == BUDGET_SPENT else kinds[0].tag)
+    return outcomes
+
+
 def passed_in(path: str) -> set[tuple[str, str]]:
     """(classname, name) of the test cases a JUnit XML records as passed."""
     try:
-        root = ET.parse(path).getroot()
+        outcomes = junit_outcomes(path)
     except (OSError, ET.ParseError) as e:
         raise pytest.UsageError(f"--skip-passed: cannot read {path}: {e}") from None
-    return {(case.get("classname"), case.get("name")) for case in root.iter("testcase")
-            if not any(child.tag in ("failure", "error", "skipped") for child in case)}
+    return {case for case, outcome in outcomes.items() if outcome == "passed"}
 
 
 def pytest_sessionstart(session):
@@ -50,8 +61,9 @@ def pytest_runtest_setup(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("budget_s") is not None and config.getoption("budget_s") <= 0:
-        raise pytest.UsageError(f"--budget-s must be > 0, got {config.getoption('budget_s')}")
+    budget = config.getoption("budget_s")
+    if budget is not None and budget <= 0:
+        raise pytest.UsageError(f"--budget-s must be > 0, got {budget}")
     done = set().union(*(passed_in(p) for p in config.getoption("skip_passed")))
     if done:
         from _pytest.junitxml import mangle_test_address
